@@ -1,0 +1,1 @@
+"""The ``gpustack-operator`` console script."""

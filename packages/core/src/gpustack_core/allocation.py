@@ -1,0 +1,98 @@
+"""The Pod allocation annotation ``device.gpustack.ai/accelerator.allocated``.
+
+Its value is a JSON string mapping **container name** to what that container was granted. Modes
+are integers on the wire (1 Exclusive … 5 Visibility); readers aggregate every container,
+name-sorted, into one pod-wide list of grants.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import msgspec
+
+from gpustack_core.decoding import decode_json
+from gpustack_core.modes import AllocationMode
+from gpustack_core.naming import json_name
+
+ANNOTATION = "device.gpustack.ai/accelerator.allocated"
+
+
+class _Wire(msgspec.Struct, rename=json_name, omit_defaults=True, kw_only=True, frozen=True):
+    pass
+
+
+class Placement(_Wire, frozen=True, kw_only=True):
+    """A run of slots on the card (memory slices for MIG placements)."""
+
+    start: int
+    length: int
+
+
+class AllocatedAccelerator(_Wire, frozen=True, kw_only=True):
+    """One accelerator (or share of one) granted to a container."""
+
+    id: str
+    mode: AllocationMode
+    index: int = 0
+    allocated: int = 0
+    """Allocation units; one whole card is 1,600,000."""
+    remaining: int = 0
+    allocated_physical_profile: str = ""
+    allocated_physical_placements: tuple[Placement, ...] = ()
+    allocated_physical_id: str = ""
+    """The partition's own identifier (MIG UUID), the only key a partition is addressed by."""
+    allocated_logical_placements: tuple[Placement, ...] = ()
+
+
+class AllocatedGroup(_Wire, frozen=True, kw_only=True):
+    """The accelerators of one device group (one manufacturer) granted to a container."""
+
+    manufacturer: str
+    id: str = ""
+    accelerators: tuple[AllocatedAccelerator, ...] = ()
+
+
+class AllocatedDevices(_Wire, frozen=True, kw_only=True):
+    """The annotation nests groups one level down, mirroring the ``Devices`` object's spec."""
+
+    groups: tuple[AllocatedGroup, ...] = ()
+
+
+class ContainerAllocation(_Wire, frozen=True, kw_only=True):
+    """What one container holds, plus the kubelet device-plugin IDs it was allocated."""
+
+    devices: AllocatedDevices = AllocatedDevices()
+    device_ids: tuple[str, ...] = ()
+
+
+class Grant(NamedTuple):
+    """One (container, accelerator) pair, flattened out of the annotation."""
+
+    container: str
+    manufacturer: str
+    accelerator: AllocatedAccelerator
+
+
+def parse_allocation(text: str | bytes) -> dict[str, ContainerAllocation]:
+    """Decode the annotation's value; the error names the annotation, container and field.
+
+    Containers are decoded one by one so the message can name the container: msgspec's own
+    path spells a map key as ``$[...]``, which would leave the reader guessing which one.
+    """
+    what = f"annotation {ANNOTATION}"
+    containers = decode_json(text, dict[str, msgspec.Raw], what=what)
+    return {
+        name: decode_json(raw, ContainerAllocation, what=f"{what}: container {name!r}")
+        for name, raw in containers.items()
+    }
+
+
+def grants(allocation: dict[str, ContainerAllocation]) -> list[Grant]:
+    """Flatten every container's grants, containers in name order (the readers' convention)."""
+    return [
+        Grant(container, group.manufacturer, accelerator)
+        for container in sorted(allocation)
+        for group in allocation[container].devices.groups
+        for accelerator in group.accelerators
+    ]

@@ -1,0 +1,82 @@
+"""Allocation modes and manufacturers: the vocabulary of an accelerator grant."""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+
+
+class AllocationMode(IntEnum):
+    """How a grant was made. Integers on the wire (annotation), names in the API and labels."""
+
+    EXCLUSIVE = 1
+    SHARED = 2
+    SLICED = 3
+    PARTITIONED = 4
+    VISIBILITY = 5
+
+    @property
+    def api_name(self) -> str:
+        """The name spelled in ``accelerators[].mode`` and on every exporter ``mode`` label."""
+        return _MODE_NAMES[self]
+
+    @classmethod
+    def from_api_name(cls, name: str) -> AllocationMode:
+        """Inverse of :attr:`api_name`; raises ``ValueError`` naming the unknown mode."""
+        for mode, spelled in _MODE_NAMES.items():
+            if spelled == name:
+                return mode
+        raise ValueError(
+            f"unknown allocation mode {name!r}; expected one of {', '.join(_MODE_NAMES.values())}"
+        )
+
+
+_MODE_NAMES = {
+    AllocationMode.EXCLUSIVE: "Exclusive",
+    AllocationMode.SHARED: "Shared",
+    AllocationMode.SLICED: "Sliced",
+    AllocationMode.PARTITIONED: "Partitioned",
+    AllocationMode.VISIBILITY: "Visibility",
+}
+
+
+class Manufacturer(StrEnum):
+    """Manufacturer tokens, as on the ``gpustack.ai/manufacturer`` label."""
+
+    NVIDIA = "nvidia"
+    AMD = "amd"
+    HYGON = "hygon"
+    ASCEND = "ascend"
+    THEAD = "thead"
+    CAMBRICON = "cambricon"
+    ILUVATAR = "iluvatar"
+    METAX = "metax"
+    MTHREADS = "mthreads"
+
+    @property
+    def resource_base(self) -> str:
+        """The extended-resource base name (``nvidia.com/gpu``) its requests are spelled with."""
+        return _RESOURCE_BASES[self]
+
+
+_RESOURCE_BASES = {
+    Manufacturer.NVIDIA: "nvidia.com/gpu",
+    Manufacturer.AMD: "amd.com/gpu",
+    Manufacturer.HYGON: "hygon.com/dcu",
+    Manufacturer.ASCEND: "huawei.com/npu",
+    Manufacturer.THEAD: "alibabacloud.com/ppu",
+    Manufacturer.CAMBRICON: "cambricon.com/mlu",
+    Manufacturer.ILUVATAR: "iluvatar.com/gpu",
+    Manufacturer.METAX: "metax-tech.com/gpu",
+    Manufacturer.MTHREADS: "mthreads.com/gpu",
+}
+
+
+def sliced_cores_resource(manufacturer: str) -> str | None:
+    """Name the request holding a slice's compute cap (``nvidia.com/gpu.sliced.cores-percentage``).
+
+    Unknown manufacturers have no base name and so no cap; their slices pass compute through.
+    """
+    try:
+        return f"{Manufacturer(manufacturer).resource_base}.sliced.cores-percentage"
+    except ValueError:
+        return None

@@ -1,0 +1,1 @@
+"""gpustack_simulator: vendor replay, recorder and cluster stand-in."""

@@ -1,0 +1,99 @@
+"""Benchmarks of the shared core: figures printed, nothing asserted about time.
+
+Run with ``./dev bench``. The scale mirrors a busy node: hundreds of Instance Pods, each read
+against a kubelet summary and a snapshot every monitor period, by the exporter and the worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpustack_core.kubelet import parse_summary, usage_from_summary
+from gpustack_core.pods import parse_pod
+from gpustack_core.sample import instance_sample
+from gpustack_core.snapshot import encode_snapshot, parse_snapshot
+from gpustack_core.usage import DeclaredTotals
+from gpustack_simulator.demo import load_demo
+
+CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "kubelet-summary"
+
+
+def measure(name: str, fn: Callable[[], object], *, repeat: int, per: int = 1) -> None:
+    """Print the median and p95 of ``repeat`` timed calls (each doing ``per`` operations)."""
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) / per)
+    samples.sort()
+    p95 = samples[min(len(samples) - 1, int(len(samples) * 0.95))]
+    print(
+        f"{name:<52} median {statistics.median(samples) * 1e6:10.1f} µs   "
+        f"p95 {p95 * 1e6:10.1f} µs   (n={repeat}, per={per})"
+    )
+
+
+def main() -> None:
+    """Run every benchmark once and print one line each."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=50)
+    args = parser.parse_args()
+
+    node = load_demo()
+    pods = [parse_pod(bytes(raw)) for raw in node.pods]
+    summary_bytes = bytes(node.kubelet_summary)
+    summary = parse_summary(summary_bytes)
+    snapshots = {m: parse_snapshot(bytes(raw)) for m, raw in node.snapshots.items()}
+    fallback = DeclaredTotals(0, 0, 0)
+    now = datetime(2026, 11, 29, 9, 0, 5, tzinfo=UTC)
+
+    def compose_node(times: int) -> None:
+        for _ in range(times):
+            for pod in pods:
+                usage = usage_from_summary(
+                    summary,
+                    namespace=pod.metadata.namespace,
+                    name=pod.metadata.name,
+                    uid=pod.metadata.uid,
+                )
+                instance_sample(
+                    pod=pod, fallback=fallback, usage=usage, snapshots=snapshots, now=now
+                )
+
+    measure(
+        "compose one Instance sample (demo mix)",
+        lambda: compose_node(100),
+        repeat=args.repeat,
+        per=100 * len(pods),
+    )
+    measure(
+        "parse the demo kubelet summary", lambda: parse_summary(summary_bytes), repeat=args.repeat
+    )
+    nvidia = bytes(node.snapshots["nvidia"])
+    measure(
+        "parse + re-encode the demo NVIDIA snapshot",
+        lambda: encode_snapshot(parse_snapshot(nvidia)),
+        repeat=args.repeat,
+    )
+
+    if CORPUS.is_dir():
+        largest = max(CORPUS.glob("*.json"), key=lambda p: p.stat().st_size)
+        data = largest.read_bytes()
+        pods_in = len(json.loads(data).get("pods", []))
+        measure(
+            f"parse {largest.name} ({len(data)} B, {pods_in} pods)",
+            lambda: parse_summary(data),
+            repeat=args.repeat,
+        )
+    else:
+        print(f"skipped the corpus summary: {CORPUS} is absent")
+
+
+if __name__ == "__main__":
+    main()
