@@ -14,9 +14,9 @@ from gpustack_core.decoding import ContractError
 from gpustack_core.instance_metrics import AcceleratorMetrics, InstanceMetrics, ObjectMeta, Sample
 from gpustack_core.kubelet import parse_summary
 from gpustack_core.modes import AllocationMode, Manufacturer, sliced_cores_resource
-from gpustack_core.naming import json_name
 from gpustack_core.reasons import ALL_REASONS
 from gpustack_core.snapshot import parse_snapshot
+from gpustack_core.wire import json_name
 
 NOW = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 

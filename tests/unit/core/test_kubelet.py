@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from corpus_paths import corpus_dir
+from corpus_paths import needs_corpus as needs_corpus_of
 from gpustack_core.decoding import ContractError
 from gpustack_core.kubelet import parse_summary, usage_from_summary
 from gpustack_core.usage import PodUsage, UsageSource
 
-CORPUS = Path(__file__).parents[3] / ".." / "shared" / "corpus" / "kubelet-summary"
+CORPUS = corpus_dir("kubelet-summary")
 CORPUS_FILES = sorted(CORPUS.glob("*.json")) if CORPUS.is_dir() else []
-needs_corpus = pytest.mark.skipif(
-    not CORPUS.is_dir(), reason=f"shared corpus not checked out at {CORPUS.resolve()}"
-)
+needs_corpus = needs_corpus_of("kubelet-summary")
 
 UINT64_MAX = 18446744073709551615
 T_CPU = "2026-11-29T09:00:01Z"
@@ -316,7 +316,7 @@ def test_corpus_file_parses_and_every_pod_matches_recomputation(path: Path) -> N
 
 def test_corpus_is_present_or_skipped_loudly() -> None:
     if not CORPUS.is_dir():
-        pytest.skip(f"shared corpus not checked out at {CORPUS.resolve()}")
+        pytest.skip(f"shared corpus not found at {CORPUS}")
     assert len(CORPUS_FILES) >= 15
 
 

@@ -5,13 +5,14 @@ import json
 import math
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from corpus_paths import corpus_dir
+from corpus_paths import needs_corpus as needs_corpus_of
 from gpustack_core.decoding import ContractError
 from gpustack_core.podmetrics import (
     parse_pod_metrics,
@@ -20,10 +21,8 @@ from gpustack_core.podmetrics import (
 )
 from gpustack_core.usage import PodUsage, UsageSource
 
-CORPUS = Path(__file__).parents[3] / ".." / "shared" / "corpus" / "podmetrics"
-needs_corpus = pytest.mark.skipif(
-    not CORPUS.is_dir(), reason=f"shared corpus not checked out at {CORPUS.resolve()}"
-)
+CORPUS = corpus_dir("podmetrics")
+needs_corpus = needs_corpus_of("podmetrics")
 
 STAMP = "2026-11-29T09:00:30Z"
 MEASURED = datetime(2026, 11, 29, 9, 0, 30, tzinfo=UTC)

@@ -13,23 +13,19 @@ import msgspec
 
 from gpustack_core.decoding import decode_json
 from gpustack_core.modes import AllocationMode
-from gpustack_core.naming import json_name
+from gpustack_core.wire import Wire
 
 ANNOTATION = "device.gpustack.ai/accelerator.allocated"
 
 
-class _Wire(msgspec.Struct, rename=json_name, omit_defaults=True, kw_only=True, frozen=True):
-    pass
-
-
-class Placement(_Wire, frozen=True, kw_only=True):
+class Placement(Wire, frozen=True, kw_only=True):
     """A run of slots on the card (memory slices for MIG placements)."""
 
     start: int
     length: int
 
 
-class AllocatedAccelerator(_Wire, frozen=True, kw_only=True):
+class AllocatedAccelerator(Wire, frozen=True, kw_only=True):
     """One accelerator (or share of one) granted to a container."""
 
     id: str
@@ -45,7 +41,7 @@ class AllocatedAccelerator(_Wire, frozen=True, kw_only=True):
     allocated_logical_placements: tuple[Placement, ...] = ()
 
 
-class AllocatedGroup(_Wire, frozen=True, kw_only=True):
+class AllocatedGroup(Wire, frozen=True, kw_only=True):
     """The accelerators of one device group (one manufacturer) granted to a container."""
 
     manufacturer: str
@@ -53,13 +49,13 @@ class AllocatedGroup(_Wire, frozen=True, kw_only=True):
     accelerators: tuple[AllocatedAccelerator, ...] = ()
 
 
-class AllocatedDevices(_Wire, frozen=True, kw_only=True):
+class AllocatedDevices(Wire, frozen=True, kw_only=True):
     """The annotation nests groups one level down, mirroring the ``Devices`` object's spec."""
 
     groups: tuple[AllocatedGroup, ...] = ()
 
 
-class ContainerAllocation(_Wire, frozen=True, kw_only=True):
+class ContainerAllocation(Wire, frozen=True, kw_only=True):
     """What one container holds, plus the kubelet device-plugin IDs it was allocated."""
 
     devices: AllocatedDevices = AllocatedDevices()

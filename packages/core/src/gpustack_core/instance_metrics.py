@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import msgspec
-
-from gpustack_core.naming import json_name
+from gpustack_core.wire import Wire
 
 API_GROUP = "worker.gpustack.ai"
 API_VERSION = f"{API_GROUP}/v1"
 KIND = "InstanceMetrics"
 
 
-class AcceleratorMetrics(msgspec.Struct, rename=json_name, omit_defaults=True, kw_only=True):
+class AcceleratorMetrics(Wire, frozen=True, kw_only=True):
     """One entry per grant: the Instance's own figures, whatever the allocation did to the card."""
 
     id: str
@@ -35,7 +33,7 @@ class AcceleratorMetrics(msgspec.Struct, rename=json_name, omit_defaults=True, k
     """Always written: the whole device's health carries every share of it down."""
 
 
-class Sample(msgspec.Struct, rename=json_name, omit_defaults=True, kw_only=True):
+class Sample(Wire, frozen=True, kw_only=True):
     """One current sample; nothing is stored, so there is no history to page through."""
 
     timestamp: datetime
@@ -49,7 +47,7 @@ class Sample(msgspec.Struct, rename=json_name, omit_defaults=True, kw_only=True)
     """Absent when no Device Manager could answer; an empty list when none was allocated."""
 
 
-class ObjectMeta(msgspec.Struct, rename=json_name, omit_defaults=True, kw_only=True):
+class ObjectMeta(Wire, frozen=True, kw_only=True):
     """The identity of the Instance the sample belongs to."""
 
     name: str
@@ -57,7 +55,7 @@ class ObjectMeta(msgspec.Struct, rename=json_name, omit_defaults=True, kw_only=T
     uid: str = ""
 
 
-class InstanceMetrics(msgspec.Struct, rename=json_name, omit_defaults=True, kw_only=True):
+class InstanceMetrics(Wire, frozen=True, kw_only=True):
     """The subresource's response object: a Kubernetes object, so ``kind``/``apiVersion`` always."""
 
     kind: str

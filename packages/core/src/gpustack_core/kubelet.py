@@ -15,10 +15,10 @@ from typing import Annotated, NamedTuple, TypeVar
 import msgspec
 
 from gpustack_core.decoding import decode_json
-from gpustack_core.naming import json_name
 from gpustack_core.pods import AwareDatetime
 from gpustack_core.units import bytes_to_mib, nanocores_to_millicores
 from gpustack_core.usage import PodUsage, UsageSource
+from gpustack_core.wire import Wire
 
 Uint64 = Annotated[int, msgspec.Meta(ge=0)]
 """A Go ``uint64`` counter: a negative one cannot have come from a kubelet. (msgspec cannot
@@ -27,14 +27,7 @@ bound integers above int64, so only the sign is checked; Python ints hold 2**64 
 _S = TypeVar("_S")
 
 
-class _Wire(msgspec.Struct, rename=json_name, kw_only=True, frozen=True):
-    """Common options: kubelet camelCase keys, immutable; unknown keys are ignored.
-
-    Subclasses repeat ``frozen``/``kw_only``: type checkers do not inherit them from a base.
-    """
-
-
-class CPUStats(_Wire, frozen=True, kw_only=True):
+class CPUStats(Wire, frozen=True, kw_only=True):
     """CPU as a rate; ``usageNanoCores`` needs two samples, so a new Pod may lack it.
 
     Every ``time`` is ``null`` on the wire when Go serialised its zero time.
@@ -44,21 +37,21 @@ class CPUStats(_Wire, frozen=True, kw_only=True):
     usage_nano_cores: Uint64 | None = None
 
 
-class MemoryStats(_Wire, frozen=True, kw_only=True):
+class MemoryStats(Wire, frozen=True, kw_only=True):
     """Memory; the working set is what the kubelet evicts on, so it is the figure reported."""
 
     time: AwareDatetime | None = None
     working_set_bytes: Uint64 | None = None
 
 
-class FsStats(_Wire, frozen=True, kw_only=True):
+class FsStats(Wire, frozen=True, kw_only=True):
     """Filesystem usage; at pod level it is the aggregate the ephemeral-storage limit governs."""
 
     time: AwareDatetime | None = None
     used_bytes: Uint64 | None = None
 
 
-class ContainerStats(_Wire, frozen=True, kw_only=True):
+class ContainerStats(Wire, frozen=True, kw_only=True):
     """Per-container CPU and memory, summed only for kubelets that report no pod-level block."""
 
     name: str
@@ -66,7 +59,7 @@ class ContainerStats(_Wire, frozen=True, kw_only=True):
     memory: MemoryStats | None = None
 
 
-class PodReference(_Wire, frozen=True, kw_only=True):
+class PodReference(Wire, frozen=True, kw_only=True):
     """The Pod's identity; the UID is what tells a recreated Pod of the same name apart."""
 
     name: str
@@ -74,7 +67,7 @@ class PodReference(_Wire, frozen=True, kw_only=True):
     uid: str
 
 
-class PodStats(_Wire, frozen=True, kw_only=True):
+class PodStats(Wire, frozen=True, kw_only=True):
     """One Pod's entry; ``containers`` is ``null`` on the wire when the kubelet has none yet."""
 
     pod_ref: PodReference
@@ -84,13 +77,13 @@ class PodStats(_Wire, frozen=True, kw_only=True):
     containers: tuple[ContainerStats, ...] | None = None
 
 
-class NodeStats(_Wire, frozen=True, kw_only=True):
+class NodeStats(Wire, frozen=True, kw_only=True):
     """Required only to recognise the document: any other JSON object is a contract error."""
 
     node_name: str
 
 
-class Summary(_Wire, frozen=True, kw_only=True):
+class Summary(Wire, frozen=True, kw_only=True):
     """The whole summary; ``pods`` is ``null`` on the wire for a node without Pods."""
 
     node: NodeStats

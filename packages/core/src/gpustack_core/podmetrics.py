@@ -11,24 +11,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from fractions import Fraction
 
-import msgspec
-
 from gpustack_core.decoding import ContractError, decode_json
-from gpustack_core.naming import json_name
 from gpustack_core.pods import CPU, MEMORY, AwareDatetime, Quantity
 from gpustack_core.quantity import QuantityError, cpu_to_millicores, parse_quantity
 from gpustack_core.units import MIB, ceil_fraction
 from gpustack_core.usage import PodUsage, UsageSource
+from gpustack_core.wire import Wire
 
 
-class _Wire(msgspec.Struct, rename=json_name, kw_only=True, frozen=True):
-    """Common options: camelCase keys, immutable; unknown keys are ignored.
-
-    Subclasses repeat ``frozen``/``kw_only``: type checkers do not inherit them from a base.
-    """
-
-
-class PodMetricsMeta(_Wire, frozen=True, kw_only=True):
+class PodMetricsMeta(Wire, frozen=True, kw_only=True):
     """The entry's identity; ``creationTimestamp`` is when metrics-server answered, not the Pod's.
 
     ``namespace`` is required: it is what tells a PodMetrics from a (cluster-scoped) NodeMetrics.
@@ -39,14 +30,14 @@ class PodMetricsMeta(_Wire, frozen=True, kw_only=True):
     creation_timestamp: AwareDatetime | None = None
 
 
-class ContainerMetrics(_Wire, frozen=True, kw_only=True):
+class ContainerMetrics(Wire, frozen=True, kw_only=True):
     """One container's usage as quantities (``704595n`` cores, ``801112Ki`` bytes)."""
 
     name: str
     usage: dict[str, Quantity] = {}
 
 
-class PodMetrics(_Wire, frozen=True, kw_only=True):
+class PodMetrics(Wire, frozen=True, kw_only=True):
     """One Pod's entry; ``timestamp`` is the end of the ``window`` the rates average over."""
 
     metadata: PodMetricsMeta
@@ -56,7 +47,7 @@ class PodMetrics(_Wire, frozen=True, kw_only=True):
     """``null`` on the wire when metrics-server has no container figures (Go's nil slice)."""
 
 
-class PodMetricsList(_Wire, frozen=True, kw_only=True):
+class PodMetricsList(Wire, frozen=True, kw_only=True):
     """The list form (``…/namespaces/<ns>/pods``); ``items`` is ``null`` when empty."""
 
     items: tuple[PodMetrics, ...] | None = None

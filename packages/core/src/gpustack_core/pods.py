@@ -18,10 +18,10 @@ import msgspec
 
 from gpustack_core.decoding import ContractError, convert, decode_json
 from gpustack_core.instance_metrics import API_GROUP
-from gpustack_core.naming import json_name
 from gpustack_core.quantity import QuantityError, cpu_to_millicores, parse_quantity
 from gpustack_core.units import MIB, ceil_fraction
 from gpustack_core.usage import DeclaredTotals
+from gpustack_core.wire import Wire
 
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 """The label the Instance controller sets to the Instance's UID on the Pod it renders."""
@@ -39,14 +39,7 @@ Quantity = str | int | float
 """A quantity as written: the API server sends strings, YAML scenarios may write numbers."""
 
 
-class _Wire(msgspec.Struct, rename=json_name, kw_only=True, frozen=True):
-    """Common options: Kubernetes camelCase keys (``podIP``, ``containerID``), immutable.
-
-    Subclasses repeat ``frozen``/``kw_only``: type checkers do not inherit them from a base.
-    """
-
-
-class OwnerReference(_Wire, frozen=True, kw_only=True):
+class OwnerReference(Wire, frozen=True, kw_only=True):
     """The owner link; all four identity fields are required by the API server."""
 
     api_version: str
@@ -57,7 +50,7 @@ class OwnerReference(_Wire, frozen=True, kw_only=True):
     """``*bool`` in Go, so absent means "not the controller"."""
 
 
-class ObjectMeta(_Wire, frozen=True, kw_only=True):
+class ObjectMeta(Wire, frozen=True, kw_only=True):
     """Identity, set by the API server on every persisted object (hence required)."""
 
     name: str
@@ -70,21 +63,21 @@ class ObjectMeta(_Wire, frozen=True, kw_only=True):
     owner_references: tuple[OwnerReference, ...] = ()
 
 
-class ResourceRequirements(_Wire, frozen=True, kw_only=True):
+class ResourceRequirements(Wire, frozen=True, kw_only=True):
     """``limits``/``requests`` as written; parsed on demand so one bad value stays local."""
 
     limits: dict[str, Quantity] = {}
     requests: dict[str, Quantity] = {}
 
 
-class Container(_Wire, frozen=True, kw_only=True):
+class Container(Wire, frozen=True, kw_only=True):
     """An app, init or ephemeral container: only its name and declared resources matter here."""
 
     name: str
     resources: ResourceRequirements = ResourceRequirements()
 
 
-class PodSpec(_Wire, frozen=True, kw_only=True):
+class PodSpec(Wire, frozen=True, kw_only=True):
     """The scheduled node and the three container lists (Kubernetes requires ``containers``)."""
 
     containers: tuple[Container, ...]
@@ -93,13 +86,13 @@ class PodSpec(_Wire, frozen=True, kw_only=True):
     ephemeral_containers: tuple[Container, ...] = ()
 
 
-class ContainerStateRunning(_Wire, frozen=True, kw_only=True):
+class ContainerStateRunning(Wire, frozen=True, kw_only=True):
     """Presence is the signal; ``startedAt`` is ``null`` when Go's zero time was serialised."""
 
     started_at: AwareDatetime | None = None
 
 
-class ContainerStateTerminated(_Wire, frozen=True, kw_only=True):
+class ContainerStateTerminated(Wire, frozen=True, kw_only=True):
     """Presence is the signal: the container did run (or at least was attempted) once."""
 
     exit_code: int = 0
@@ -108,13 +101,13 @@ class ContainerStateTerminated(_Wire, frozen=True, kw_only=True):
     finished_at: AwareDatetime | None = None
 
 
-class ContainerStateWaiting(_Wire, frozen=True, kw_only=True):
+class ContainerStateWaiting(Wire, frozen=True, kw_only=True):
     """Waiting alone leaves no trace of having run: the gate stays closed on it."""
 
     reason: str = ""
 
 
-class ContainerState(_Wire, frozen=True, kw_only=True):
+class ContainerState(Wire, frozen=True, kw_only=True):
     """At most one member is set by the kubelet; an empty state means "not reported yet"."""
 
     running: ContainerStateRunning | None = None
@@ -122,7 +115,7 @@ class ContainerState(_Wire, frozen=True, kw_only=True):
     waiting: ContainerStateWaiting | None = None
 
 
-class ContainerStatus(_Wire, frozen=True, kw_only=True):
+class ContainerStatus(Wire, frozen=True, kw_only=True):
     """The kubelet's report on one container, for any of the three container lists."""
 
     name: str
@@ -134,14 +127,14 @@ class ContainerStatus(_Wire, frozen=True, kw_only=True):
     last_state: ContainerState = ContainerState()
 
 
-class PodCondition(_Wire, frozen=True, kw_only=True):
+class PodCondition(Wire, frozen=True, kw_only=True):
     """A condition; ``status`` is the string ``"True"``/``"False"``/``"Unknown"``."""
 
     type: str
     status: str
 
 
-class PodStatus(_Wire, frozen=True, kw_only=True):
+class PodStatus(Wire, frozen=True, kw_only=True):
     """Everything is optional: a freshly created Pod may carry an empty status."""
 
     phase: str = ""
@@ -152,7 +145,7 @@ class PodStatus(_Wire, frozen=True, kw_only=True):
     ephemeral_container_statuses: tuple[ContainerStatus, ...] = ()
 
 
-class Pod(_Wire, frozen=True, kw_only=True):
+class Pod(Wire, frozen=True, kw_only=True):
     """A Pod as the API server returns it, reduced to what the metrics path reads."""
 
     metadata: ObjectMeta

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 
 from gpustack_core.decoding import ContractError, decode_json
-from gpustack_core.naming import json_name
+from gpustack_core.wire import Wire
 
 SLICE_SCHEMA_VERSION = 1
 """The ``slices.schemaVersion`` this code writes and the only one it reads ([1, 1])."""
@@ -36,11 +36,7 @@ ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
 """The timestamp served before the first monitor tick (Go's zero time)."""
 
 
-class _Wire(msgspec.Struct, rename=json_name, omit_defaults=True, kw_only=True, frozen=True):
-    """Common options: camelCase keys with acronyms, absent keys for absent figures, immutable."""
-
-
-class CardFigures(_Wire, frozen=True, kw_only=True):
+class CardFigures(Wire, frozen=True, kw_only=True):
     """One accelerator's whole-card figures in native contract units (MiB, %, °C, W)."""
 
     id: str
@@ -55,7 +51,7 @@ class CardFigures(_Wire, frozen=True, kw_only=True):
     """Required, so it is always written: health is never "unknown" on the wire."""
 
 
-class SnapshotGroup(_Wire, frozen=True, kw_only=True):
+class SnapshotGroup(Wire, frozen=True, kw_only=True):
     """The cards of one manufacturer, sampled together."""
 
     manufacturer: str
@@ -63,7 +59,7 @@ class SnapshotGroup(_Wire, frozen=True, kw_only=True):
     accelerators: tuple[CardFigures, ...] = ()
 
 
-class SliceUsage(_Wire, frozen=True, kw_only=True):
+class SliceUsage(Wire, frozen=True, kw_only=True):
     """Per (Pod, container, device) usage of a carved share; PIDs already summed away.
 
     ``coresUtilizationPercent`` is a share of the **whole card**, summed over the container's
@@ -78,7 +74,7 @@ class SliceUsage(_Wire, frozen=True, kw_only=True):
     cores_utilization_percent: int | None = None
 
 
-class SliceDevice(_Wire, frozen=True, kw_only=True):
+class SliceDevice(Wire, frozen=True, kw_only=True):
     """Diagnostics for one queried device: why a figure is absent, and how the rows fared."""
 
     manufacturer: str
@@ -93,7 +89,7 @@ class SliceDevice(_Wire, frozen=True, kw_only=True):
     reads_truncated: int = 0
 
 
-class SlicePartition(_Wire, frozen=True, kw_only=True):
+class SlicePartition(Wire, frozen=True, kw_only=True):
     """A hardware partition read on its **own** handle: its own id, capacity and usage."""
 
     manufacturer: str
@@ -111,7 +107,7 @@ class SlicePartition(_Wire, frozen=True, kw_only=True):
     cores_reason: str = ""
 
 
-class SliceSection(_Wire, frozen=True, kw_only=True):
+class SliceSection(Wire, frozen=True, kw_only=True):
     """The per-share section; ``schemaVersion`` gates whether a consumer may read it at all."""
 
     schema_version: int
@@ -121,7 +117,7 @@ class SliceSection(_Wire, frozen=True, kw_only=True):
     partitions: tuple[SlicePartition, ...] = ()
 
 
-class MonitorSnapshot(_Wire, frozen=True, kw_only=True):
+class MonitorSnapshot(Wire, frozen=True, kw_only=True):
     """The envelope served at ``/monitor/snapshot``."""
 
     timestamp: datetime = ZERO_TIME
