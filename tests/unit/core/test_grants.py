@@ -2,6 +2,9 @@
 
 from datetime import UTC, datetime
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gpustack_core.allocation import AllocatedAccelerator, Grant
 from gpustack_core.grants import resolve
 from gpustack_core.modes import AllocationMode
@@ -14,6 +17,7 @@ from gpustack_core.snapshot import (
     SliceUsage,
     SnapshotGroup,
 )
+from gpustack_core.units import UNITS_PER_ACCELERATOR
 
 NOW = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 POD = "pod-uid-1"
@@ -369,3 +373,91 @@ def test_allocated_card_missing_from_the_snapshot_is_noted() -> None:
     )
     assert result.accelerators == []
     assert "GPU-9" in result.notes[0]
+
+
+# --- properties ---------------------------------------------------------------------------
+
+MODES = st.sampled_from(
+    [
+        AllocationMode.EXCLUSIVE,
+        AllocationMode.SHARED,
+        AllocationMode.SLICED,
+        AllocationMode.PARTITIONED,
+    ]
+)
+
+
+@given(
+    card_mib=st.integers(min_value=1, max_value=2**20),
+    units=st.integers(min_value=1, max_value=UNITS_PER_ACCELERATOR),
+    measured_cores=st.integers(min_value=0, max_value=100),
+    used=st.integers(min_value=0, max_value=2**21),
+    cap=st.integers(min_value=0, max_value=100),
+)
+def test_sliced_entry_properties(
+    card_mib: int, units: int, measured_cores: int, used: int, cap: int
+) -> None:
+    section = SliceSection(
+        schema_version=1, devices=(measured(),), usages=(usage(used, measured_cores),)
+    )
+    entry = only(
+        [grant(AllocationMode.SLICED, allocated=units)],
+        snapshot(card(memory=card_mib), slices=section),
+        caps={("main", "nvidia"): cap},
+    )
+    assert entry.memory_total_mib == max(units * card_mib // UNITS_PER_ACCELERATOR, 1)
+    assert entry.memory_used_mib == used  # the slice's own figure, never clamped to the total
+    expected = measured_cores if cap in (0, 100) else -(-measured_cores * 100 // cap)
+    assert entry.cores_utilization_percent == expected
+    assert entry.memory_utilization_percent == -(-used * 100 // entry.memory_total_mib)
+
+
+@given(
+    modes=st.lists(MODES, min_size=1, max_size=6),
+    temperature=st.integers(min_value=0, max_value=120),
+    power=st.floats(min_value=0, max_value=2000, allow_nan=False),
+    unhealthy=st.booleans(),
+)
+def test_card_wide_state_and_scope_hold_in_every_mode(
+    modes: list[AllocationMode], temperature: int, power: float, unhealthy: bool
+) -> None:
+    cards = [
+        card(f"GPU-{i}", temperature=temperature + i, power_usage=power, unhealthy=unhealthy)
+        for i in range(len(modes) + 2)
+    ]
+    held = [
+        grant(mode, f"GPU-{i}", container=f"c{i}", allocated_physical_id=f"MIG-{i}")
+        for i, mode in enumerate(modes)
+    ]
+    partitions = tuple(
+        SlicePartition(
+            manufacturer="nvidia",
+            pod_uid=POD,
+            container=f"c{i}",
+            device_id=f"GPU-{i}",
+            id=f"MIG-{i}",
+            memory_total_mib=9856,
+            memory_used_mib=i,
+        )
+        for i, mode in enumerate(modes)
+        if mode is AllocationMode.PARTITIONED
+    )
+    section = SliceSection(
+        schema_version=1,
+        partitions=partitions,
+        devices=tuple(measured(f"GPU-{i}") for i in range(len(modes))),
+    )
+    result = resolve(held, {"nvidia": snapshot(*cards, slices=section)}, pod_uid=POD, cores_caps={})
+    assert len(result.accelerators) == len(modes)  # one entry per grant
+    for i, (mode, resolved) in enumerate(zip(modes, result.accelerators, strict=True)):
+        entry = resolved.metrics
+        assert entry.mode == mode.api_name
+        assert entry.id == (f"MIG-{i}" if mode is AllocationMode.PARTITIONED else f"GPU-{i}")
+        # Temperature, power and health are always the whole card's.
+        assert entry.temperature_celsius == temperature + i
+        assert entry.power_usage_watts == power
+        assert entry.unhealthy is unhealthy
+    # The two cards nobody was granted never appear.
+    assert {a.metrics.id for a in result.accelerators}.isdisjoint(
+        {f"GPU-{len(modes)}", f"GPU-{len(modes) + 1}"}
+    )
