@@ -32,6 +32,10 @@ fmt: setup
     uv run --frozen --no-sync ruff check --fix .
     uv run --frozen --no-sync ruff format .
 
+# Regenerate the synthesized recordings from public facts, through the recorder.
+recordings: setup
+    uv run --frozen --no-sync python -m gpustack_simulator.synth.write recordings
+
 # Benchmarks: print figures, assert nothing about time.
 bench *args: setup
     uv run --frozen --no-sync python tests/bench/run.py {{args}}

@@ -20,8 +20,14 @@ from gpustack_core.sample import instance_sample
 from gpustack_core.snapshot import encode_snapshot, parse_snapshot
 from gpustack_core.usage import DeclaredTotals
 from gpustack_simulator.demo import load_demo
+from gpustack_simulator.recording import load_recording
+from gpustack_simulator.replay import pynvml_standin
+from gpustack_simulator.synth.timeline import VirtualClock
+from gpustack_vendors.nvidia import NvidiaBackend
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "kubelet-summary"
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO.parent / "shared" / "corpus" / "kubelet-summary"
+RECORDINGS = REPO / "recordings"
 
 
 def measure(name: str, fn: Callable[[], object], *, repeat: int, per: int = 1) -> None:
@@ -36,6 +42,47 @@ def measure(name: str, fn: Callable[[], object], *, repeat: int, per: int = 1) -
     print(
         f"{name:<52} median {statistics.median(samples) * 1e6:10.1f} µs   "
         f"p95 {p95 * 1e6:10.1f} µs   (n={repeat}, per={per})"
+    )
+
+
+def bench_replay(repeat: int) -> None:
+    """One replayed monitor-style pass over the 8-GPU node, against a plain call baseline."""
+    recording = load_recording(RECORDINGS / "nvidia" / "h100-8x.yaml")
+    clock = VirtualClock()
+    module = pynvml_standin.build_module(recording, clock=clock)
+    backend = NvidiaBackend(module)
+    devices = [d.id for d in backend.detect().devices]
+    replayer = module.__dict__["__replayer__"]
+
+    def one_pass() -> None:
+        backend.sample()
+        backend.processes(devices)
+
+    before = replayer.calls_made
+    one_pass()
+    calls = replayer.calls_made - before
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        one_pass()
+        samples.append(time.perf_counter() - start)
+    per_pass = statistics.median(samples)
+
+    def plain(x: int) -> int:
+        return x
+
+    start = time.perf_counter()
+    for i in range(calls * repeat):
+        plain(i)
+    baseline = (time.perf_counter() - start) / (calls * repeat)
+    print(
+        f"{'replayed monitor pass, 8x H100 (' + str(calls) + ' binding calls)':<52} "
+        f"median {per_pass * 1e6:10.1f} µs   {calls / per_pass:12,.0f} calls/s"
+    )
+    print(
+        f"{'plain Python function call (baseline)':<52} "
+        f"median {baseline * 1e9:10.1f} ns   {1 / baseline:12,.0f} calls/s   "
+        f"(replay costs {per_pass / calls / baseline:,.0f}x a plain call)"
     )
 
 
@@ -81,6 +128,8 @@ def main() -> None:
         lambda: encode_snapshot(parse_snapshot(nvidia)),
         repeat=args.repeat,
     )
+
+    bench_replay(args.repeat)
 
     if CORPUS.is_dir():
         largest = max(CORPUS.glob("*.json"), key=lambda p: p.stat().st_size)

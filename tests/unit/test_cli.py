@@ -4,8 +4,10 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from gpustack_cli.main import app
@@ -51,7 +53,9 @@ def test_version() -> None:
     assert re.fullmatch(r"gpustack-operator \d+\.\d+\.\d+\n", result.output)
 
 
-@pytest.mark.parametrize("path", [["worker"], ["device-manager", "serve"], ["simulator", "list"]])
+@pytest.mark.parametrize(
+    "path", [["worker"], ["device-manager", "serve"], ["device-manager", "monitor"]]
+)
 def test_unbuilt_commands_say_so_and_fail(path: list[str]) -> None:
     result = runner.invoke(app, path)
     assert result.exit_code == 2
@@ -82,12 +86,66 @@ def test_demo_json_prints_every_object() -> None:
     assert all(o["apiVersion"] == "worker.gpustack.ai/v1" for o in objects)
 
 
-def test_console_script_is_installed() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "gpustack_cli", "--version"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+@pytest.mark.parametrize(
+    "command",
+    [
+        [str(Path(sys.executable).parent / "gpustack-operator")],
+        [sys.executable, "-m", "gpustack_cli"],
+    ],
+    ids=["console-script", "python-m"],
+)
+def test_installed_entry_points(command: list[str]) -> None:
+    result = subprocess.run([*command, "--version"], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("gpustack-operator ")
+
+
+RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
+
+
+def test_detect_simulated_mig_node_lists_partitions_with_their_own_ids() -> None:
+    result = runner.invoke(
+        app, ["device-manager", "detect", "--simulate", str(RECORDINGS / "nvidia/h100-mig.yaml")]
+    )
+    assert result.exit_code == 0, result.output
+    [card] = yaml.safe_load(result.output)["devices"]
+    partitions = {(p["profile"], p["memory_mib"]) for p in card["partitions"]}
+    assert ("1g.10gb", 9856) in partitions
+    assert all(p["id"].startswith("MIG-") for p in card["partitions"])
+
+
+def test_detect_refuses_a_recording_of_another_manufacturer() -> None:
+    result = runner.invoke(
+        app,
+        [
+            "device-manager",
+            "detect",
+            "--manufacturer",
+            "amd",
+            "--simulate",
+            str(RECORDINGS / "nvidia/t4.yaml"),
+        ],
+    )
+    assert result.exit_code == 2
+    assert "is a nvidia recording, not amd" in " ".join(result.output.replace("│", " ").split())
+
+
+def test_validate_exit_codes(tmp_path: Path) -> None:
+    good = RECORDINGS / "nvidia/t4.yaml"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(good.read_text().replace("schema: accel-recording/v1", "schema: nope"))
+    ok = runner.invoke(app, ["simulator", "validate", str(good)])
+    assert ok.exit_code == 0
+    assert "ok (nvidia" in ok.output
+    failed = runner.invoke(app, ["simulator", "validate", str(good), str(bad)])
+    assert failed.exit_code == 1
+    assert f"{bad}: invalid" in failed.output
+    assert "$.schema" in failed.output
+
+
+def test_list_shows_every_recording() -> None:
+    result = runner.invoke(app, ["simulator", "list", str(RECORDINGS)], env={"COLUMNS": "250"})
+    assert result.exit_code == 0
+    for name in ("h100-mig.yaml", "rx7800xt.yaml", "mi300x-8x.yaml"):
+        assert name in result.output
+    assert "synthesized" in result.output

@@ -8,6 +8,7 @@ rather than pretending to run.
 from __future__ import annotations
 
 from importlib.metadata import version as package_version
+from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
@@ -79,9 +80,23 @@ def dm_serve() -> None:
 
 
 @device_manager.command("detect")
-def dm_detect() -> None:
+def dm_detect(
+    manufacturer: Annotated[
+        str | None, typer.Option(help="The manufacturer whose library to open (nvidia, amd).")
+    ] = None,
+    simulate: Annotated[
+        Path | None, typer.Option(help="Replay this recording instead of the real library.")
+    ] = None,
+) -> None:
     """Print the accelerators this node's library reports, as YAML."""
-    _not_yet("device-manager detect")
+    from gpustack_cli.simulator_cmds import detect
+    from gpustack_vendors.loading import LibraryUnavailableError
+
+    try:
+        typer.echo(detect(manufacturer, simulate), nl=False)
+    except LibraryUnavailableError as exc:
+        typer.echo(f"device-manager detect: {exc}", err=True)
+        raise typer.Exit(code=1) from exc
 
 
 @device_manager.command("monitor")
@@ -91,27 +106,59 @@ def dm_monitor() -> None:
 
 
 @simulator.command("record")
-def sim_record() -> None:
-    """Record a real vendor library's answers into a recording."""
-    _not_yet("simulator record")
+def sim_record(
+    output: Annotated[Path, typer.Option("-o", "--output", help="Recording file to write.")],
+    vendor: Annotated[str, typer.Option(help="Which library to record: nvidia or amd.")],
+    samples: Annotated[int, typer.Option(min=1, help="Monitor-style passes to record.")] = 4,
+    interval: Annotated[float, typer.Option(min=0, help="Seconds between passes.")] = 15.0,
+    description: Annotated[str, typer.Option(help="What the recording shows.")] = "recorded",
+) -> None:
+    """Record a real vendor library's answers into a recording (PIDs redacted)."""
+    from rich.console import Console
+
+    from gpustack_cli.simulator_cmds import record
+
+    record(vendor, samples, interval, output, description, Console(stderr=True))
 
 
 @simulator.command("replay")
-def sim_replay() -> None:
-    """Replay a recording through the vendor library interface."""
-    _not_yet("simulator replay")
+def sim_replay(
+    recording: Annotated[Path, typer.Argument(help="The recording to replay.")],
+    samples: Annotated[int, typer.Option(min=1, help="Monitor passes to print.")] = 4,
+    interval: Annotated[float, typer.Option(min=0, help="Virtual seconds between passes.")] = 15.0,
+) -> None:
+    """Replay a recording through the backend and print each pass's card figures."""
+    from rich.console import Console
+
+    from gpustack_cli.simulator_cmds import replay
+
+    replay(recording, samples, interval, Console())
 
 
 @simulator.command("validate")
-def sim_validate() -> None:
-    """Validate recordings and scenarios, naming every malformed field."""
-    _not_yet("simulator validate")
+def sim_validate(
+    files: Annotated[list[Path], typer.Argument(help="Recordings to check.")],
+) -> None:
+    """Validate recordings, naming the file, path and field of every problem."""
+    from rich.console import Console
+
+    from gpustack_cli.simulator_cmds import validate
+
+    raise typer.Exit(code=validate(files, Console(width=200)))
 
 
 @simulator.command("list")
-def sim_list() -> None:
-    """List the recordings and scenarios shipped with this release."""
-    _not_yet("simulator list")
+def sim_list(
+    root: Annotated[
+        Path | None, typer.Argument(help="Folder to search (default: ./recordings).")
+    ] = None,
+) -> None:
+    """List recordings with their vendor, card count and provenance."""
+    from rich.console import Console
+
+    from gpustack_cli.simulator_cmds import DEFAULT_RECORDINGS, list_recordings
+
+    raise typer.Exit(code=list_recordings(root or DEFAULT_RECORDINGS, Console(width=200)))
 
 
 def main() -> None:

@@ -1,0 +1,160 @@
+"""``gpustack-operator simulator …`` and ``device-manager detect``: recordings in and out."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from gpustack_core.decoding import ContractError
+from gpustack_simulator.recorder import exercise
+from gpustack_simulator.recording import Recording, dump_recording, load_recording
+from gpustack_simulator.replay.backends import replay_backend
+from gpustack_simulator.synth.timeline import VirtualClock
+from gpustack_vendors.loading import LibraryUnavailableError, open_backend
+from gpustack_vendors.protocol import Backend
+
+DEFAULT_RECORDINGS = Path(os.environ.get("GPUSTACK_RECORDINGS", "recordings"))
+
+
+def validate(files: list[Path], console: Console) -> int:
+    """Check each file; print one line per file; the exit code counts failures."""
+    failures = 0
+    for path in files:
+        try:
+            recording = load_recording(path)
+        except (ContractError, OSError) as exc:
+            failures += 1
+            console.print(f"[red]{path}: invalid[/red]: {exc}", soft_wrap=True)
+            continue
+        calls = sum(len(library.calls) for library in recording.libraries)
+        console.print(
+            f"{path}: ok ({recording.vendor}, {calls} calls, {recording.provenance.kind})"
+        )
+    return 1 if failures else 0
+
+
+def cards(recording: Recording) -> int:
+    """Top-level device handles: cards, not their partitions."""
+    return sum(
+        1 for library in recording.libraries[:1] for ref in library.handles if "/" not in ref
+    )
+
+
+def list_recordings(root: Path, console: Console) -> int:
+    """A table of every recording under ``root``; invalid ones are listed as such."""
+    table = Table(title=f"recordings under {root}")
+    for column in ("File", "Vendor", "Cards", "Provenance", "Description"):
+        table.add_column(column)
+    files = sorted(root.glob("**/*.yaml"))
+    for path in files:
+        try:
+            recording = load_recording(path)
+        except (ContractError, OSError) as exc:
+            table.add_row(str(path.relative_to(root)), "?", "?", "[red]invalid[/red]", str(exc))
+            continue
+        table.add_row(
+            str(path.relative_to(root)),
+            recording.vendor,
+            str(cards(recording)),
+            recording.provenance.kind,
+            recording.description,
+        )
+    console.print(table)
+    return 0 if files else 1
+
+
+def backend_for(manufacturer: str | None, simulate: Path | None) -> Backend:
+    """The real library, or a replay of ``simulate``; a mismatched manufacturer is refused."""
+    if simulate is None:
+        if manufacturer is None:
+            raise typer.BadParameter("--manufacturer is required without --simulate")
+        return open_backend(manufacturer)
+    recording = load_recording(simulate)
+    if manufacturer is not None and manufacturer != recording.vendor:
+        raise typer.BadParameter(
+            f"{simulate} is a {recording.vendor} recording, not {manufacturer}"
+        )
+    return replay_backend(recording)
+
+
+def detect(manufacturer: str | None, simulate: Path | None) -> str:
+    """Detection as YAML (what the Devices object's spec is built from)."""
+    backend = backend_for(manufacturer, simulate)
+    try:
+        detection = backend.detect()
+    finally:
+        backend.close()
+    document = msgspec.to_builtins(detection)
+    text: str = yaml.safe_dump(document, sort_keys=False)
+    return text
+
+
+def replay(path: Path, samples: int, interval: float, console: Console) -> None:
+    """Drive the backend over a recording in virtual time and print each pass's cards."""
+    recording = load_recording(path)
+    clock = VirtualClock()
+    backend = replay_backend(recording, clock=clock)
+    devices = [d.id for d in backend.detect().devices]
+    for index in range(samples):
+        table = Table(title=f"{path.name} at t={clock.now:g}s")
+        for column in ("Device", "Memory MiB", "Cores %", "°C", "W", "Processes"):
+            table.add_column(column)
+        processes = backend.processes(devices)
+        for card in backend.sample():
+            rows = processes[card.id]
+            reason = rows.memory_reason or rows.cores_reason
+            table.add_row(
+                card.id,
+                f"{card.memory_used_mib} / {card.memory_total_mib}",
+                str(card.cores_utilization_percent),
+                str(card.temperature_celsius),
+                str(card.power_watts),
+                f"{len(rows.rows)}" + (f" ({reason})" if reason else ""),
+            )
+        console.print(table)
+        if index + 1 < samples:
+            clock.sleep(interval)
+    backend.close()
+
+
+def record(
+    vendor: str, samples: int, interval: float, output: Path, description: str, console: Console
+) -> None:
+    """Record this machine's cards and write a recording ``validate`` accepts."""
+    if vendor != "nvidia":
+        raise typer.BadParameter(f"recording {vendor} cards is not available yet")
+    from gpustack_simulator.capture import record_nvidia
+
+    with Progress(console=console) as progress:
+        task = progress.add_task(f"recording {vendor}", total=samples)
+        try:
+            recording = record_nvidia(
+                samples=samples,
+                interval=interval,
+                description=description,
+                progress=lambda done: progress.update(task, completed=done),
+            )
+        except LibraryUnavailableError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(dump_recording(recording))
+    load_recording(output)  # what we write must be what validate accepts
+    console.print(f"wrote {output}")
+
+
+__all__ = [
+    "DEFAULT_RECORDINGS",
+    "detect",
+    "exercise",
+    "list_recordings",
+    "record",
+    "replay",
+    "validate",
+]

@@ -1,0 +1,1 @@
+"""gpustack_vendors: one backend per manufacturer, each handed its binding module."""

@@ -1,0 +1,60 @@
+"""Opening the real vendor library for a manufacturer.
+
+This is the only place a real binding is imported; backends are handed what it returns. A
+missing library is a clear error naming what was tried, not an ``ImportError`` from deep inside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import types
+
+from gpustack_vendors.amd import AmdBackend
+from gpustack_vendors.bindings.rocm_smi import load_library
+from gpustack_vendors.nvidia import NvidiaBackend
+from gpustack_vendors.protocol import Backend
+
+
+class LibraryUnavailableError(RuntimeError):
+    """The manufacturer's management library cannot be loaded on this machine."""
+
+
+def import_quietly(module: str) -> types.ModuleType:
+    """Import a binding whose import may fail noisily.
+
+    ``amdsmi`` prints two lines to **stdout** and raises ``KeyError`` when ``libamd_smi.so`` is
+    missing; stdout is where our YAML goes, so it is captured and folded into the error.
+    """
+    noise = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(noise):
+            return importlib.import_module(module)
+    except (ImportError, KeyError, OSError) as exc:
+        said = " ".join(noise.getvalue().split())
+        detail = f"{type(exc).__name__}: {exc}" + (f" ({said})" if said else "")
+        raise LibraryUnavailableError(f"cannot import {module}: {detail}") from exc
+
+
+def open_backend(manufacturer: str) -> Backend:
+    """Open the real library for ``manufacturer`` and hand it to that manufacturer's backend."""
+    if manufacturer == "nvidia":
+        nvml = import_quietly("pynvml")
+        try:
+            return NvidiaBackend(nvml)
+        except Exception as exc:
+            raise LibraryUnavailableError(f"NVML did not initialise: {exc}") from exc
+    if manufacturer == "amd":
+        # ROCm SMI first: loading AMD SMI before ROCm SMI has been measured to abort the
+        # process with SIGBUS, so the order is part of the contract.
+        try:
+            rocm_smi = load_library()
+        except OSError as exc:
+            raise LibraryUnavailableError(str(exc)) from exc
+        amdsmi = import_quietly("amdsmi")
+        try:
+            return AmdBackend(amdsmi, rocm_smi)
+        except Exception as exc:
+            raise LibraryUnavailableError(f"AMD SMI / ROCm SMI did not initialise: {exc}") from exc
+    raise LibraryUnavailableError(f"no backend for manufacturer {manufacturer!r} yet")

@@ -1,0 +1,1 @@
+"""Replay stand-ins: vendor libraries answered from a recording instead of hardware."""

@@ -1,0 +1,1 @@
+"""Synthetic vendor libraries: public facts turned into a binding the recorder can drive."""

@@ -1,0 +1,242 @@
+"""The NVIDIA nodes we synthesize, each from public captures (sources in the provenance).
+
+Card facts (names, 81559 MiB per H100 80GB, bus ids, UUIDs, idle power and temperature, the
+one python process holding 9212 MiB) are taken from `nvidia-smi -q` captures; the timelines
+(a process that holds memory idle, then runs a kernel while board power climbs) are the
+behaviour the spec describes, laid on top of those facts.
+"""
+
+from __future__ import annotations
+
+import pynvml
+
+from gpustack_simulator.synth.nvml import MIB, Card, Mig, Node, Proc
+from gpustack_simulator.synth.timeline import NodeSpec, Steps, const
+
+GPUD = "github.com/leptonai/gpud (nvidia-smi captures, Apache-2.0)"
+TELEGRAF = "github.com/influxdata/telegraf plugins/inputs/nvidia_smi testdata (MIT)"
+NVGPUEXP = "github.com/utkuozdemir/nvidia_gpu_exporter internal/captures (MIT)"
+SPEC = "shared/spec/instance-metrics-reference.md (H100 1g.10gb reads 9856 MiB on its handle)"
+BLACKWELL_OP = (
+    "shared/reference/vendors.md: on Blackwell, driver 580.159.03, both process "
+    "calls returned NOT_SUPPORTED"
+)
+
+
+H100_BYTES = 81559 * MIB
+H100 = "NVIDIA H100 80GB HBM3"
+# (uuid, bus id, temperature °C, idle power W) of an 8x H100 SXM node, driver 535.183.01.
+H100_NODE = (
+    ("GPU-566e6f65-c38e-b12f-4824-6944218668b9", "00000000:53:00.0", 36, 71.97),
+    ("GPU-9930d717-21dd-7692-054e-3d0a2bae76b5", "00000000:64:00.0", 37, 68.88),
+    ("GPU-973565ff-45cf-12ea-4e91-33386720f7bb", "00000000:75:00.0", 39, 118.01),
+    ("GPU-6b932a61-abfd-5ea1-b26a-7dea7f2fa601", "00000000:86:00.0", 39, 72.91),
+    ("GPU-726d356b-f548-bbfd-c81e-b9c68f2f1587", "00000000:97:00.0", 38, 71.68),
+    ("GPU-06db64f6-6181-5a90-cf95-5ce52a58c4e5", "00000000:A8:00.0", 36, 71.69),
+    ("GPU-a5271aa6-4cdb-28c7-0ef5-5da271d0caae", "00000000:B9:00.0", 37, 69.44),
+    ("GPU-7e78e6c8-c71c-66c7-9ded-f8836cecab32", "00000000:CA:00.0", 35, 74.76),
+)
+WARM_UP = 30.0
+"""When the synthesized workload starts its kernel: samples at 0 and 15 s see it idle."""
+
+
+def _mw(watts: float) -> int:
+    return round(watts * 1000)
+
+
+def h100_card(index: int) -> Card:
+    """One card of the 8x H100 node; cards 2 and 3 carry the workloads."""
+    uuid, bus_id, temperature, idle = H100_NODE[index]
+    procs: tuple[Proc, ...] = ()
+    used = const(0)
+    util = const(0)
+    power = const(_mw(idle))
+    temp = const(temperature)
+    if index == 2:
+        # The captured process: 9212 MiB held; idle, then a kernel at 63 % SM.
+        held = 9212 * MIB
+        procs = (Proc(4242, const(held), Steps(((0.0, None), (WARM_UP, 63)))),)
+        used = const(held + 9 * MIB)
+        util = Steps(((0.0, 0), (WARM_UP, 63)))
+        power = Steps(((0.0, _mw(idle)), (WARM_UP, _mw(396.5))))
+        temp = Steps(((0.0, temperature), (WARM_UP, 58)))
+    elif index == 3:
+        # Two tenants of one card (a sliced card): one busy, one idle, one NVML can't size.
+        procs = (
+            Proc(5150, const(20_480 * MIB), const(41)),
+            Proc(5151, const(10_240 * MIB), const(None)),
+            Proc(5152, const(None), const(7)),
+        )
+        used = const(30_720 * MIB + 512 * MIB)
+        util = const(48)
+        power = const(_mw(287.25))
+        temp = const(51)
+    return Card(
+        uuid=uuid,
+        name=H100,
+        bus_id=bus_id,
+        total_bytes=H100_BYTES,
+        used_bytes=used,
+        util=util,
+        temperature=temp,
+        power_mw=power,
+        cores=16896,
+        procs=procs,
+        mig=(),
+    )
+
+
+MIG_PARENT = "GPU-4f1b2c3d-0e9a-4b8c-9d7e-6a5b4c3d2e1f"
+MIG_1G = "MIG-2a3b4c5d-6e7f-5a8b-9c0d-1e2f3a4b5c6d"
+MIG_1G_B = "MIG-3b4c5d6e-7f8a-4b9c-8d1e-2f3a4b5c6d7e"
+MIG_3G = "MIG-1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
+
+
+def mig_card() -> Card:
+    """An H100 in MIG mode: a 3g.40gb and two 1g.10gb instances, slots 3–6 empty."""
+    return Card(
+        uuid=MIG_PARENT,
+        name=H100,
+        bus_id="00000000:1B:00.0",
+        total_bytes=H100_BYTES,
+        used_bytes=Steps(((0.0, 14_848 * MIB), (WARM_UP, 18_944 * MIB))),
+        util=const(0),
+        temperature=const(41),
+        power_mw=Steps(((0.0, _mw(93.0)), (WARM_UP, _mw(223.0)))),
+        cores=16896,
+        max_mig_slots=7,
+        mig=(
+            Mig(
+                0,
+                MIG_3G,
+                "3g.40gb",
+                40_448 * MIB,
+                Steps(((0.0, 14_336 * MIB), (WARM_UP, 18_432 * MIB))),
+            ),
+            Mig(1, MIG_1G, "1g.10gb", 9_856 * MIB, const(0)),
+            Mig(2, MIG_1G_B, "1g.10gb", 9_856 * MIB, const(512 * MIB)),
+        ),
+        procs=(
+            Proc(
+                6001,
+                Steps(((0.0, 14_336 * MIB), (WARM_UP, 18_432 * MIB))),
+                gpu_instance=0,
+                compute_instance=0,
+            ),
+            Proc(6002, const(512 * MIB), gpu_instance=2, compute_instance=0),
+        ),
+    )
+
+
+def single(
+    name: str,
+    uuid: str,
+    bus_id: str,
+    mib: int,
+    cores: int,
+    idle_w: float,
+    busy_w: float,
+    temperature: int,
+    **extra: object,
+) -> Card:
+    """A single-GPU cloud node with one inference process warming up."""
+    procs = (Proc(7001, const(min(mib // 2, 10_000) * MIB), Steps(((0.0, None), (WARM_UP, 88)))),)
+    return Card(
+        uuid=uuid,
+        name=name,
+        bus_id=bus_id,
+        total_bytes=mib * MIB,
+        used_bytes=const((min(mib // 2, 10_000) + 300) * MIB),
+        util=Steps(((0.0, 0), (WARM_UP, 88))),
+        temperature=const(temperature),
+        power_mw=Steps(((0.0, _mw(idle_w)), (WARM_UP, _mw(busy_w)))),
+        cores=cores,
+        procs=procs,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+NODES = (
+    NodeSpec[Node](
+        "h100-8x.yaml",
+        "8x NVIDIA H100 80GB HBM3 (driver 535.183.01): one process idle then running a kernel "
+        "on GPU 2; three tenants on GPU 3, one whose memory NVML reports as not available",
+        (GPUD + ": gpud-nvidia-smi-q-8xH100-535.183.01-1proc.txt",),
+        Node("535.183.01", 12020, tuple(h100_card(i) for i in range(8))),
+    ),
+    NodeSpec[Node](
+        "h100-mig.yaml",
+        "NVIDIA H100 80GB HBM3 in MIG mode: 3g.40gb in slot 0, 1g.10gb (9856 MiB on its own "
+        "handle) in slots 1 and 2, slots 3-6 empty; board power 93 W -> 223 W as a kernel starts",
+        (
+            SPEC,
+            NVGPUEXP + ": nvgpuexp-linux-x86_64_nvidia-h100-mig_590.48.01.txt (3g.40gb 40448 MiB)",
+        ),
+        Node("535.183.01", 12020, (mig_card(),)),
+    ),
+    NodeSpec[Node](
+        "a10g.yaml",
+        "NVIDIA A10G (driver 515.105.01), one process idle then busy",
+        (TELEGRAF + ": telegraf-a10g.xml",),
+        Node(
+            "515.105.01",
+            11070,
+            (
+                single(
+                    "NVIDIA A10G",
+                    "GPU-1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d",
+                    "00000000:00:1E.0",
+                    23_028,
+                    9216,
+                    25.58,
+                    148.0,
+                    17,
+                ),
+            ),
+        ),
+    ),
+    NodeSpec[Node](
+        "t4.yaml",
+        "Tesla T4 (driver 515.105.01), one process idle then busy",
+        (TELEGRAF + ": telegraf-tesla-t4.xml",),
+        Node(
+            "515.105.01",
+            11070,
+            (
+                single(
+                    "Tesla T4",
+                    "GPU-2b3c4d5e-6f7a-4b8c-9d0e-1f2a3b4c5d6e",
+                    "00000000:00:1E.0",
+                    15_360,
+                    2560,
+                    26.78,
+                    69.0,
+                    40,
+                ),
+            ),
+        ),
+    ),
+    NodeSpec[Node](
+        "rtx-pro-6000-blackwell.yaml",
+        "NVIDIA RTX PRO 6000 Blackwell Max-Q (driver 590.44.01): both per-process calls answer "
+        "NOT_SUPPORTED, card figures read normally",
+        (TELEGRAF + ": telegraf-pro-6000-maxq-blackwell-v13.xml", BLACKWELL_OP),
+        Node(
+            "590.44.01",
+            13010,
+            (
+                single(
+                    "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+                    "GPU-3c4d5e6f-7a8b-4c9d-8e0f-1a2b3c4d5e6f",
+                    "00000000:01:00.0",
+                    97_887,
+                    24064,
+                    24.0,
+                    300.0,
+                    24,
+                    process_calls=pynvml.NVML_ERROR_NOT_SUPPORTED,
+                ),
+            ),
+        ),
+    ),
+)
