@@ -26,6 +26,7 @@ from gpustack_vendors.nvidia import NvidiaBackend
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "recordings"
 ALL = sorted(RECORDINGS.glob("*/*.yaml"))
+ALL = [p for p in ALL if p.parent.name != "scenarios"]
 NVIDIA = sorted(RECORDINGS.glob("nvidia/*.yaml"))
 
 

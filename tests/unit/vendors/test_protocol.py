@@ -15,7 +15,11 @@ from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.synth.timeline import VirtualClock
 
-RECORDINGS = sorted((Path(__file__).resolve().parents[3] / "recordings").glob("*/*.yaml"))
+RECORDINGS = sorted(
+    p
+    for p in (Path(__file__).resolve().parents[3] / "recordings").glob("*/*.yaml")
+    if p.parent.name != "scenarios"
+)
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: f"{p.parent.name}/{p.name}")

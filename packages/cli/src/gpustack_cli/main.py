@@ -135,6 +135,22 @@ def sim_replay(
     replay(recording, samples, interval, Console())
 
 
+@simulator.command("cluster")
+def sim_cluster(
+    state_dir: Annotated[Path, typer.Option(help="Where the kubeconfig and PKI are written.")],
+    scenario: Annotated[
+        str, typer.Option(help="Scenario name (recordings/scenarios/NAME.yaml) or file.")
+    ] = "nvidia-mixed",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 0,
+) -> None:
+    """Serve the Kubernetes endpoints the daemons use, from a scenario, until interrupted."""
+    import trio
+
+    from gpustack_simulator.cluster.server import run_until_signalled
+
+    trio.run(run_until_signalled, scenario, state_dir, port)
+
+
 @simulator.command("validate")
 def sim_validate(
     files: Annotated[list[Path], typer.Argument(help="Recordings to check.")],

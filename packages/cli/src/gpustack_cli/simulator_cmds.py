@@ -25,8 +25,22 @@ DEFAULT_RECORDINGS = Path(os.environ.get("GPUSTACK_RECORDINGS", "recordings"))
 
 def validate(files: list[Path], console: Console) -> int:
     """Check each file; print one line per file; the exit code counts failures."""
+    from gpustack_simulator.scenario import expand, is_scenario, load_scenario, recordings_for
+
     failures = 0
     for path in files:
+        if is_scenario(path):
+            try:
+                expanded = expand(load_scenario(path), base=recordings_for(path))
+            except ContractError as exc:
+                failures += 1
+                console.print(f"[red]{path}: invalid[/red]: {exc}", soft_wrap=True)
+                continue
+            console.print(
+                f"{path}: ok (scenario, {len(expanded.nodes)} nodes, "
+                f"{len(expanded.instances)} Instances, {len(expanded.pods)} Pods)"
+            )
+            continue
         try:
             recording = load_recording(path)
         except (ContractError, OSError) as exc:
@@ -52,8 +66,20 @@ def list_recordings(root: Path, console: Console) -> int:
     table = Table(title=f"recordings under {root}")
     for column in ("File", "Vendor", "Cards", "Provenance", "Description"):
         table.add_column(column)
+    from gpustack_simulator.scenario import expand, is_scenario, load_scenario, recordings_for
+
     files = sorted(root.glob("**/*.yaml"))
     for path in files:
+        if is_scenario(path):
+            name = str(path.relative_to(root))
+            try:
+                scenario = load_scenario(path)
+                nodes = len(expand(scenario, base=recordings_for(path)).nodes)
+            except ContractError as exc:
+                table.add_row(name, "scenario", "?", "[red]invalid[/red]", str(exc))
+                continue
+            table.add_row(name, "scenario", str(nodes), "-", scenario.description)
+            continue
         try:
             recording = load_recording(path)
         except (ContractError, OSError) as exc:

@@ -156,6 +156,101 @@ def single(
     )
 
 
+# A four-card H100 node laid out for the cluster scenario ``nvidia-mixed``: one card per
+# allocation mode, so one recording can back an Exclusive, a Shared, a Sliced and a Partitioned
+# Instance side by side. Card figures are the 8x node's captured ones (same product, driver and
+# idle range); the identities are new, so a cluster holding both nodes never sees one card twice.
+MIXED_NODE = (
+    ("GPU-8d2f4a61-3c7e-4b19-a5d0-6e1f2b3c4d01", "00000000:18:00.0", 34, 70.12),
+    ("GPU-8d2f4a61-3c7e-4b19-a5d0-6e1f2b3c4d02", "00000000:2A:00.0", 35, 69.51),
+    ("GPU-8d2f4a61-3c7e-4b19-a5d0-6e1f2b3c4d03", "00000000:3A:00.0", 36, 72.30),
+)
+MIXED_MIG_PARENT = "GPU-8d2f4a61-3c7e-4b19-a5d0-6e1f2b3c4d04"
+MIXED_MIG_3G = "MIG-8d2f4a61-3c7e-5b19-a5d0-6e1f2b3c4d40"
+MIXED_MIG_1G = "MIG-8d2f4a61-3c7e-5b19-a5d0-6e1f2b3c4d41"
+
+
+def mixed_card(index: int) -> Card:
+    """Cards 0-2 of the mixed node; which mode each serves decides its tenants.
+
+    Card 0 (Exclusive): one process idle, then a kernel at 92 % SM. Card 1 (Shared): two
+    tenants, plus a process whose Pod is gone (its cgroup names no Pod of the node). Card 2
+    (Sliced): two tenants, one idle then busy, one busy throughout.
+    """
+    uuid, bus_id, temperature, idle = MIXED_NODE[index]
+    if index == 0:
+        held = 61_440 * MIB
+        procs: tuple[Proc, ...] = (Proc(8101, const(held), Steps(((0.0, None), (WARM_UP, 92)))),)
+        used: Steps[int] = const(held + 9 * MIB)
+        util = Steps(((0.0, 0), (WARM_UP, 92)))
+        power = Steps(((0.0, _mw(idle)), (WARM_UP, _mw(612.4))))
+        temp = Steps(((0.0, temperature), (WARM_UP, 66)))
+    elif index == 1:
+        procs = (
+            Proc(8201, const(6_144 * MIB), const(12)),
+            Proc(8202, const(4_096 * MIB), const(9)),
+            Proc(8203, const(2_048 * MIB), const(None)),
+        )
+        used = const(12_288 * MIB + 9 * MIB)
+        util, power, temp = const(21), const(_mw(180.5)), const(45)
+    else:
+        procs = (
+            Proc(8301, const(30_720 * MIB), Steps(((0.0, None), (WARM_UP, 38)))),
+            Proc(8302, const(12_288 * MIB), const(6)),
+        )
+        used = const(43_008 * MIB + 9 * MIB)
+        util = Steps(((0.0, 6), (WARM_UP, 44)))
+        power = Steps(((0.0, _mw(idle + 40)), (WARM_UP, _mw(341.75))))
+        temp = Steps(((0.0, 40), (WARM_UP, 55)))
+    return Card(
+        uuid=uuid,
+        name=H100,
+        bus_id=bus_id,
+        total_bytes=H100_BYTES,
+        used_bytes=used,
+        util=util,
+        temperature=temp,
+        power_mw=power,
+        cores=16896,
+        procs=procs,
+        mig=(),
+    )
+
+
+def mixed_mig_card() -> Card:
+    """Card 3 of the mixed node, in MIG mode: a busy 3g.40gb in slot 0, an idle 1g.10gb in 1."""
+    return Card(
+        uuid=MIXED_MIG_PARENT,
+        name=H100,
+        bus_id="00000000:5D:00.0",
+        total_bytes=H100_BYTES,
+        used_bytes=Steps(((0.0, 14_848 * MIB), (WARM_UP, 18_944 * MIB))),
+        util=const(0),
+        temperature=const(41),
+        power_mw=Steps(((0.0, _mw(93.0)), (WARM_UP, _mw(223.0)))),
+        cores=16896,
+        max_mig_slots=7,
+        mig=(
+            Mig(
+                0,
+                MIXED_MIG_3G,
+                "3g.40gb",
+                40_448 * MIB,
+                Steps(((0.0, 14_336 * MIB), (WARM_UP, 18_432 * MIB))),
+            ),
+            Mig(1, MIXED_MIG_1G, "1g.10gb", 9_856 * MIB, const(0)),
+        ),
+        procs=(
+            Proc(
+                8401,
+                Steps(((0.0, 14_336 * MIB), (WARM_UP, 18_432 * MIB))),
+                gpu_instance=0,
+                compute_instance=0,
+            ),
+        ),
+    )
+
+
 NODES = (
     NodeSpec[Node](
         "h100-8x.yaml",
@@ -237,6 +332,23 @@ NODES = (
                     process_calls=pynvml.NVML_ERROR_NOT_SUPPORTED,
                 ),
             ),
+        ),
+    ),
+    NodeSpec[Node](
+        "h100-mixed.yaml",
+        "4x NVIDIA H100 80GB HBM3 (driver 535.183.01), one card per allocation mode: card 0 "
+        "one process idle then at 92 % SM; card 1 three processes (one of a Pod that is gone); "
+        "card 2 two slice tenants; card 3 in MIG mode with a busy 3g.40gb and an idle 1g.10gb",
+        (
+            GPUD + ": gpud-nvidia-smi-q-8xH100-535.183.01-1proc.txt (product, driver, memory, "
+            "idle power and temperature range)",
+            SPEC,
+            NVGPUEXP + ": nvgpuexp-linux-x86_64_nvidia-h100-mig_590.48.01.txt (3g.40gb 40448 MiB)",
+        ),
+        Node(
+            "535.183.01",
+            12020,
+            (*(mixed_card(i) for i in range(3)), mixed_mig_card()),
         ),
     ),
 )

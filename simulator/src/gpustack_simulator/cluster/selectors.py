@@ -1,0 +1,112 @@
+"""Label and field selectors, as the API server parses them.
+
+Only what the daemons and kubectl send is accepted; anything else is rejected with the API
+server's own wording, so a client bug shows up as a 400 rather than as a silently wider list.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Predicate = Callable[[Mapping[str, Any]], bool]
+
+_SET_OP = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+_EXISTS = re.compile(r"^\s*(!?)([A-Za-z0-9_./-]+)\s*$")
+_EQUALITY = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(==|=|!=)\s*([A-Za-z0-9_.-]*)\s*$")
+
+FIELDS: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
+    "metadata.name": lambda o: str(o.get("metadata", {}).get("name", "")),
+    "metadata.namespace": lambda o: str(o.get("metadata", {}).get("namespace", "")),
+    "spec.nodeName": lambda o: str(o.get("spec", {}).get("nodeName", "")),
+    "status.phase": lambda o: str(o.get("status", {}).get("phase", "")),
+}
+
+
+class SelectorError(ValueError):
+    """A selector the API server would reject (answered as 400 BadRequest)."""
+
+
+def _split(text: str) -> list[str]:
+    """Split on commas outside parentheses (``a in (x,y),b=c``)."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return [p for p in parts if p.strip()]
+
+
+def label_selector(text: str) -> Predicate:
+    """Parse ``a=b``, ``a!=b``, ``a in (x,y)``, ``a notin (x)``, ``a``, ``!a``, comma-joined."""
+    checks: list[Predicate] = []
+    for term in _split(text):
+        if match := _SET_OP.match(term):
+            key, op, raw = match.groups()
+            values = {v.strip() for v in raw.split(",") if v.strip()}
+            checks.append(_set_check(key, op == "in", values))
+        elif match := _EQUALITY.match(term):
+            key, op, value = match.groups()
+            checks.append(_equality_check(key, op != "!=", value))
+        elif match := _EXISTS.match(term):
+            negate, key = match.groups()
+            checks.append(_exists_check(key, not negate))
+        else:
+            raise SelectorError(f"unable to parse requirement: {term.strip()!r}")
+    return lambda obj: all(check(obj) for check in checks)
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    labels: Mapping[str, str] = obj.get("metadata", {}).get("labels") or {}
+    return labels
+
+
+def _set_check(key: str, inside: bool, values: set[str]) -> Predicate:
+    def check(obj: Mapping[str, Any]) -> bool:
+        labels = _labels(obj)
+        return (
+            (key in labels and labels[key] in values)
+            if inside
+            else (key not in labels or labels[key] not in values)
+        )
+
+    return check
+
+
+def _equality_check(key: str, equal: bool, value: str) -> Predicate:
+    def check(obj: Mapping[str, Any]) -> bool:
+        labels = _labels(obj)
+        return (labels.get(key) == value) if equal else (labels.get(key) != value)
+
+    return check
+
+
+def _exists_check(key: str, present: bool) -> Predicate:
+    return lambda obj: (key in _labels(obj)) == present
+
+
+def field_selector(text: str) -> Predicate:
+    """Parse ``spec.nodeName=n1,status.phase!=Failed`` over the fields the API supports here."""
+    checks: list[Predicate] = []
+    for term in _split(text):
+        match = _EQUALITY.match(term)
+        if match is None:
+            raise SelectorError(f"invalid selector: {term.strip()!r}; can't understand it")
+        field, op, value = match.groups()
+        getter = FIELDS.get(field)
+        if getter is None:
+            raise SelectorError(f"field label not supported: {field}")
+        checks.append(_field_check(getter, value, op != "!="))
+    return lambda obj: all(check(obj) for check in checks)
+
+
+def _field_check(getter: Callable[[Mapping[str, Any]], str], value: str, equal: bool) -> Predicate:
+    return lambda obj: (getter(obj) == value) == equal

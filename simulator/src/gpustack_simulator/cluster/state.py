@@ -1,0 +1,151 @@
+"""The stand-in's live state and the handle tests and ``simulator up`` drive it through."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpustack_simulator.cluster.pki import ClusterPKI
+from gpustack_simulator.cluster.store import Store
+from gpustack_simulator.scenario import Expanded, Fault, UserSpec
+
+POD, NODE, INSTANCE, CONFIGMAP = "Pod", "Node", "Instance", "ConfigMap"
+SYSTEM_NAMESPACE = "kube-system"
+AUTH_CONFIGMAP = "extension-apiserver-authentication"
+
+
+class Clock(Protocol):
+    """Scenario time source."""
+
+    def __call__(self) -> float:
+        """Scenario seconds now."""
+        ...
+
+
+@dataclass
+class ScenarioClock:
+    """Seconds since the stand-in started, plus whatever a test advanced it by."""
+
+    source: Callable[[], float] = time.monotonic
+    offset: float = 0.0
+    started: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        self.started = self.source()
+
+    def __call__(self) -> float:
+        """Scenario seconds now: elapsed since start plus every advance."""
+        return self.source() - self.started + self.offset
+
+    def advance(self, seconds: float) -> None:
+        """Jump scenario time forward (load rising, a fault window opening)."""
+        self.offset += seconds
+
+
+@dataclass
+class ClusterState:
+    """Everything the routes read; every mutation goes through here so watches see it."""
+
+    expanded: Expanded
+    pki: ClusterPKI
+    clock: ScenarioClock = field(default_factory=ScenarioClock)
+    store: Store = field(default_factory=Store)
+    faults: list[Fault] = field(default_factory=list)
+    worker_url: str | None = None
+    worker_ca: str | None = None
+
+    def __post_init__(self) -> None:
+        self.faults = list(self.expanded.faults)
+        for node in self.expanded.nodes:
+            self.store.put(NODE, node)
+        for pod in self.expanded.pods:
+            self.store.put(POD, pod)
+        for instance in self.expanded.instances:
+            self.store.put(INSTANCE, instance)
+        self.store.put(CONFIGMAP, self._auth_configmap())
+
+    def _auth_configmap(self) -> dict[str, Any]:
+        front = self.pki.front_proxy_ca.read_text()
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": AUTH_CONFIGMAP,
+                "namespace": SYSTEM_NAMESPACE,
+                "uid": "00000000-0000-4000-8000-00000000c0f1",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+            },
+            "data": {
+                "client-ca-file": self.pki.ca.read_text(),
+                "requestheader-client-ca-file": front,
+                "requestheader-allowed-names": '["front-proxy-client"]',
+                "requestheader-username-headers": '["X-Remote-User"]',
+                "requestheader-group-headers": '["X-Remote-Group"]',
+                "requestheader-extra-headers-prefix": '["X-Remote-Extra-"]',
+            },
+        }
+
+    # -- what the routes ask ---------------------------------------------------------------
+
+    def user_for_token(self, token: str) -> UserSpec | None:
+        """The scenario user a bearer token belongs to."""
+        return next((u for u in self.expanded.users if u.token == token), None)
+
+    def fault_active(self, kind: str, node: str | None = None) -> Fault | None:
+        """The fault of that kind in force now (for that node, if node-scoped)."""
+        now = self.clock()
+        for fault in self.faults:
+            end = math.inf if fault.end is None else fault.end
+            if (
+                fault.kind == kind
+                and fault.start <= now < end
+                and (fault.node is None or node is None or fault.node == node)
+            ):
+                return fault
+        return None
+
+    # -- what tests and `simulator up` do ---------------------------------------------------
+
+    def update_pod(
+        self, namespace: str, name: str, mutate: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
+        """Change a Pod; every watch of Pods sees the MODIFIED event."""
+        return self.store.update(POD, namespace, name, mutate)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a Pod; watches see DELETED."""
+        self.store.delete(POD, namespace, name)
+
+    def bind_pod_address(self, namespace: str, name: str, ip: str, port: int) -> None:
+        """Fill in a Device Manager Pod's IP and https port once its process listens."""
+
+        def mutate(pod: dict[str, Any]) -> None:
+            pod["status"]["podIP"] = ip
+            pod["status"]["podIPs"] = [{"ip": ip}]
+            for container in pod["spec"]["containers"]:
+                for port_spec in container.get("ports", []):
+                    if port_spec.get("name") == "https":
+                        port_spec["containerPort"] = port
+
+        self.update_pod(namespace, name, mutate)
+
+    def add_fault(self, fault: Fault) -> None:
+        """Inject a fault at run time (kubelet unreachable, metrics API absent)."""
+        self.faults.append(fault)
+
+    def clear_faults(self) -> None:
+        """Remove every fault, the scenario's included."""
+        self.faults.clear()
+
+    def set_worker(self, url: str | None, ca: str | None = None) -> None:
+        """Point the aggregator at the worker (``None``: the APIService is unavailable)."""
+        self.worker_url, self.worker_ca = url, ca
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A copy of a Pod as stored now."""
+        found = self.store.get(POD, namespace, name)
+        return copy.deepcopy(found) if found is not None else None
