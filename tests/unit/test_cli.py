@@ -53,9 +53,7 @@ def test_version() -> None:
     assert re.fullmatch(r"gpustack-operator \d+\.\d+\.\d+\n", result.output)
 
 
-@pytest.mark.parametrize(
-    "path", [["worker"], ["device-manager", "serve"], ["device-manager", "monitor"]]
-)
+@pytest.mark.parametrize("path", [["worker"]])
 def test_unbuilt_commands_say_so_and_fail(path: list[str]) -> None:
     result = runner.invoke(app, path)
     assert result.exit_code == 2

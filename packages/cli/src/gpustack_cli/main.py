@@ -74,9 +74,54 @@ def worker() -> None:
 
 
 @device_manager.command("serve")
-def dm_serve() -> None:
-    """Sample accelerators every monitor period and serve /monitor/snapshot and /metrics."""
-    _not_yet("device-manager serve")
+def dm_serve(
+    manufacturer: Annotated[
+        str | None, typer.Option(help="The one manufacturer this process samples.")
+    ] = None,
+    monitor_period: Annotated[str, typer.Option(help="Sampling period (15s, 1m).")] = "15s",
+    secure_port: Annotated[int, typer.Option(min=0, max=65535, help="HTTPS port.")] = 32443,
+    bind_address: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    cert_dir: Annotated[
+        Path | None, typer.Option(help="tls.crt/tls.key, hot-reloaded (default: self-signed).")
+    ] = None,
+    node_name: Annotated[
+        str | None, typer.Option(help="This node (default: $KUBERNETES_NODE_NAME).")
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG, else in-cluster).")
+    ] = None,
+    context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
+    proc_root: Annotated[
+        Path | None, typer.Option(help="Where host /proc is mounted (default /proc).")
+    ] = None,
+    simulate: Annotated[
+        Path | None, typer.Option(help="Replay this recording instead of the real library.")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_json: Annotated[bool, typer.Option(help="Log JSON lines.")] = False,
+) -> None:
+    """Sample accelerators every monitor period and serve /monitor/snapshot over HTTPS."""
+    import trio
+
+    from gpustack_cli import logs
+    from gpustack_cli.dm_cmds import default_node_name, open_for, parse_duration, serve_options
+    from gpustack_devicemanager.daemon import serve_until_signalled
+
+    logs.configure(log_level, json_logs=log_json)
+    period = parse_duration(monitor_period)
+    vendor, backend, root = open_for(manufacturer, simulate, proc_root)
+    options = serve_options(
+        manufacturer=vendor,
+        node_name=node_name or default_node_name(),
+        monitor_period=period,
+        secure_port=secure_port,
+        bind_address=bind_address,
+        cert_dir=cert_dir,
+        kubeconfig=kubeconfig,
+        kube_context=context,
+        proc_root=root,
+    )
+    trio.run(serve_until_signalled, options, backend)
 
 
 @device_manager.command("detect")
@@ -100,9 +145,18 @@ def dm_detect(
 
 
 @device_manager.command("monitor")
-def dm_monitor() -> None:
-    """Take one monitor sample and print it as YAML."""
-    _not_yet("device-manager monitor")
+def dm_monitor(
+    manufacturer: Annotated[str | None, typer.Option(help="Manufacturer to sample.")] = None,
+    simulate: Annotated[Path | None, typer.Option(help="Replay this recording.")] = None,
+    proc_root: Annotated[Path | None, typer.Option(help="Host /proc mount.")] = None,
+    monitor_period: Annotated[str, typer.Option(help="Period written into the sample.")] = "15s",
+) -> None:
+    """Take one monitor sample (card figures) and print it as YAML."""
+    from gpustack_cli.dm_cmds import monitor_once, parse_duration
+
+    typer.echo(
+        monitor_once(manufacturer, simulate, proc_root, parse_duration(monitor_period)), nl=False
+    )
 
 
 @simulator.command("record")

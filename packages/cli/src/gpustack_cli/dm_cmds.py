@@ -1,0 +1,83 @@
+"""``device-manager serve`` and ``monitor``: option parsing and backend selection only."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import typer
+import yaml
+
+from gpustack_devicemanager.daemon import ServeOptions
+from gpustack_devicemanager.monitor import TickContext, tick
+from gpustack_simulator.procfs import write_procfs
+from gpustack_simulator.recording import load_recording
+from gpustack_simulator.replay.backends import replay_backend
+from gpustack_vendors.loading import LibraryUnavailableError, open_backend
+from gpustack_vendors.protocol import Backend
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """``15s``, ``1m``, ``500ms`` or plain seconds; must be positive."""
+    match = _DURATION.match(text.strip())
+    if match is None or float(match[1]) <= 0:
+        raise typer.BadParameter(f"{text!r} is not a positive duration like 15s, 1m or 500ms")
+    return float(match[1]) * _SCALE[match[2]]
+
+
+def default_node_name() -> str:
+    """``KUBERNETES_NODE_NAME`` as the DaemonSet sets it, else this host's name."""
+    return os.environ.get("KUBERNETES_NODE_NAME") or socket.gethostname()
+
+
+def open_for(
+    manufacturer: str | None, simulate: Path | None, proc_root: Path | None
+) -> tuple[str, Backend, Path]:
+    """The backend (real or replayed) and the proc root attribution reads.
+
+    A replay gets the recording's ``context`` written out as a fake ``/proc`` unless one was
+    given, so attribution has the recorded processes to find.
+    """
+    if simulate is None:
+        if manufacturer is None:
+            raise typer.BadParameter("--manufacturer is required without --simulate")
+        try:
+            return manufacturer, open_backend(manufacturer), proc_root or Path("/proc")
+        except LibraryUnavailableError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+    recording = load_recording(simulate)
+    if manufacturer is not None and manufacturer != recording.vendor:
+        raise typer.BadParameter(
+            f"{simulate} is a {recording.vendor} recording, not {manufacturer}"
+        )
+    if proc_root is None:
+        proc_root = Path(tempfile.mkdtemp(prefix="gpustack-procfs-"))
+        write_procfs(proc_root, recording.context.procs)
+    return recording.vendor, replay_backend(recording), proc_root
+
+
+def monitor_once(
+    manufacturer: str | None, simulate: Path | None, proc_root: Path | None, period: float
+) -> str:
+    """One monitor sample as YAML (no cluster: cards only)."""
+    vendor, backend, root = open_for(manufacturer, simulate, proc_root)
+    try:
+        backend.detect()
+        snapshot = tick(backend, None, TickContext(vendor, period, root), datetime.now(UTC))
+    finally:
+        backend.close()
+    text: str = yaml.safe_dump(msgspec.to_builtins(snapshot), sort_keys=False)
+    return text
+
+
+def serve_options(**values: object) -> ServeOptions:
+    """Build the options record from the command's flags."""
+    return ServeOptions(**values)  # type: ignore[arg-type]

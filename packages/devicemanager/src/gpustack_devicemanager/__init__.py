@@ -1,0 +1,1 @@
+"""gpustack_devicemanager: the per-node, per-manufacturer Device Manager daemon."""

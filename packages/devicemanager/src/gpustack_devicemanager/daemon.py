@@ -1,0 +1,167 @@
+"""``device-manager serve``: one nursery owns the secure port, the monitor and the Pod index.
+
+With no Kubernetes configuration at all the daemon still runs, standalone: card figures only,
+``slices`` absent (could not measure), one warning — so it can be tried on a workstation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+from hypercorn.trio import serve as hypercorn_serve
+
+from gpustack_devicemanager.health import Liveness
+from gpustack_devicemanager.holder import SnapshotHolder
+from gpustack_devicemanager.monitor import TickContext, run_monitor
+from gpustack_devicemanager.server import build_app
+from gpustack_devicemanager.tls import CertReloader, ReloadableConfig, self_signed
+from gpustack_kube.client import KubeClient
+from gpustack_kube.config import KubeConfig, load_config
+from gpustack_kube.informer import Informer
+from gpustack_vendors.protocol import Backend
+
+log = logging.getLogger("gpustack.devicemanager")
+
+LIBRARY_THREADS = 2
+"""Vendor libraries are not assumed thread-safe beyond this; ticks never overlap anyway."""
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """The flags of ``device-manager serve``."""
+
+    manufacturer: str
+    node_name: str
+    monitor_period: float = 15.0
+    secure_port: int = 32443
+    bind_address: str = "0.0.0.0"
+    cert_dir: Path | None = None
+    kubeconfig: Path | None = None
+    kube_context: str | None = None
+    proc_root: Path = Path("/proc")
+    hosts: Sequence[str] = field(default_factory=lambda: ("localhost", "127.0.0.1"))
+
+
+@dataclass
+class Running:
+    """What a caller (a test, ``simulator up``) learns once the daemon listens."""
+
+    urls: list[str]
+    holder: SnapshotHolder
+    shutdown: trio.Event
+    informer: Informer | None
+
+
+def _hosts(options: ServeOptions) -> list[str]:
+    hosts = [*options.hosts, options.node_name, socket.gethostname()]
+    if options.bind_address not in {"0.0.0.0", "::"}:
+        hosts.append(options.bind_address)
+    return list(dict.fromkeys(h for h in hosts if h))
+
+
+async def serve(
+    options: ServeOptions,
+    backend: Backend,
+    *,
+    kube: KubeConfig | None = None,
+    task_status: trio.TaskStatus[Running] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run until ``Running.shutdown`` is set (SIGTERM does that in the CLI)."""
+    if kube is None:
+        kube = load_config(options.kubeconfig, context=options.kube_context)
+    holder = SnapshotHolder(math.ceil(options.monitor_period))
+    liveness = Liveness(options.monitor_period, trio.current_time())
+    context = TickContext(options.manufacturer, options.monitor_period, options.proc_root)
+    limiter = trio.CapacityLimiter(LIBRARY_THREADS)
+    shutdown = trio.Event()
+
+    cert, key = (
+        (options.cert_dir / "tls.crt", options.cert_dir / "tls.key")
+        if options.cert_dir is not None
+        else self_signed(_hosts(options))
+    )
+    config = ReloadableConfig()
+    config.bind = [f"{options.bind_address}:{options.secure_port}"]
+    config.certfile, config.keyfile = str(cert), str(key)
+    config.alpn_protocols = ["h2", "http/1.1"]
+    config.accesslog = None
+    config.graceful_timeout = 2.0
+    reloader = CertReloader(config, cert, key)
+
+    async with trio.open_nursery() as nursery:
+        client: KubeClient | None = None
+        informer: Informer | None = None
+        if kube is None:
+            log.warning(
+                "no Kubernetes configuration (not in a cluster, no --kubeconfig, no "
+                "KUBECONFIG): running standalone, card figures only, no slices"
+            )
+        else:
+            client = KubeClient(kube)
+            informer = Informer(
+                client, "/api/v1/pods", field_selector=f"spec.nodeName={options.node_name}"
+            )
+            nursery.start_soon(informer.run)
+
+        def node_pods() -> list[dict[str, Any]] | None:
+            if informer is None or not informer.synced:
+                return None
+            return informer.objects()
+
+        def debug_state() -> dict[str, Any]:
+            published = holder.current
+            return {
+                "manufacturer": options.manufacturer,
+                "node": options.node_name,
+                "lastTick": published.completed_at,
+                "podsSynced": informer.synced if informer is not None else None,
+                "podsError": informer.last_error if informer is not None else None,
+                "certificateReloads": reloader.reloads,
+            }
+
+        await nursery.start(
+            lambda task_status: run_monitor(
+                backend, holder, node_pods, context, limiter=limiter, task_status=task_status
+            )
+        )
+        app = build_app(holder, liveness, trio.current_time, debug_state)
+        urls = await nursery.start(
+            lambda task_status: hypercorn_serve(
+                app, config, shutdown_trigger=shutdown.wait, task_status=task_status
+            )
+        )
+        if options.cert_dir is not None:
+            nursery.start_soon(reloader.run)
+        task_status.started(Running(list(urls), holder, shutdown, informer))
+        await shutdown.wait()
+        nursery.cancel_scope.cancel()
+    if client is not None:
+        await client.aclose()
+    await trio.to_thread.run_sync(backend.close)
+
+
+async def serve_until_signalled(options: ServeOptions, backend: Backend) -> None:
+    """The CLI's foreground mode: SIGTERM or SIGINT stops the daemon gracefully."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            running: Running = await nursery.start(
+                lambda task_status: serve(options, backend, task_status=task_status)
+            )
+            log.info(
+                "device manager for %s on %s at %s",
+                options.manufacturer,
+                options.node_name,
+                ", ".join(running.urls),
+            )
+            async for signum in signals:
+                log.info("received %s, stopping", signal.Signals(signum).name)
+                running.shutdown.set()
+                break

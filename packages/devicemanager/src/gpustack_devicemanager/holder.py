@@ -1,0 +1,47 @@
+"""The latest snapshot, swapped atomically and served as bytes serialized once per tick."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from gpustack_core.snapshot import MonitorSnapshot, encode_snapshot
+
+
+@dataclass(frozen=True)
+class Published:
+    """One tick's result: the snapshot, its bytes, and when (monotonic) it completed."""
+
+    snapshot: MonitorSnapshot | None
+    body: bytes
+    completed_at: float | None
+
+
+def before_first_tick(period_seconds: int) -> bytes:
+    """What ``/monitor/snapshot`` answers before any tick: 200, empty groups, zero time."""
+    return msgspec.json.encode(
+        {"timestamp": "0001-01-01T00:00:00Z", "periodSeconds": period_seconds, "groups": []}
+    )
+
+
+class SnapshotHolder:
+    """Only the latest snapshot is kept; readers take one reference and do no work.
+
+    Replacing one attribute is atomic under the GIL, so a request thread never sees half a
+    snapshot, and the request path never serializes: the bytes were made by the tick.
+    """
+
+    def __init__(self, period_seconds: int) -> None:
+        self._published = Published(None, before_first_tick(period_seconds), None)
+
+    @property
+    def current(self) -> Published:
+        """The latest publication (a frozen record)."""
+        return self._published
+
+    def publish(self, snapshot: MonitorSnapshot, completed_at: float) -> Published:
+        """Store a new tick's snapshot; the previous one is dropped."""
+        published = Published(snapshot, encode_snapshot(snapshot), completed_at)
+        self._published = published
+        return published

@@ -1,0 +1,78 @@
+"""The Device Manager's secure port: snapshot, probes and loopback-only debug routes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from gpustack_devicemanager.health import Liveness
+from gpustack_devicemanager.holder import SnapshotHolder
+
+JSON = "application/json"
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def _host_is_loopback(host: str) -> bool:
+    """``Host`` without its port; ``[::1]:32443`` → ``::1``."""
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
+    return name.strip("[]").lower() in LOOPBACK
+
+
+def build_app(
+    holder: SnapshotHolder,
+    liveness: Liveness,
+    now: Callable[[], float],
+    debug_state: Callable[[], dict[str, Any]],
+) -> QuartTrio:
+    """Routes read memory only: the snapshot bytes were serialized by the monitor tick."""
+    app = QuartTrio("gpustack-device-manager")
+
+    @app.route("/monitor/snapshot", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"])
+    async def snapshot() -> Response:
+        if request.method not in {"GET", "HEAD"}:
+            return Response("method not allowed\n", status=405, headers={"Allow": "GET"})
+        return Response(holder.current.body, content_type=JSON)
+
+    @app.route("/readyz")
+    async def readyz() -> Response:
+        return Response("ok\n", content_type="text/plain")
+
+    @app.route("/livez")
+    async def livez() -> Response:
+        if liveness.alive(now(), holder.current.completed_at):
+            return Response("ok\n", content_type="text/plain")
+        return Response(
+            "monitor: no completed tick for several periods\n",
+            status=500,
+            content_type="text/plain",
+        )
+
+    @app.route("/debug/state")
+    async def debug() -> Response:
+        if not _host_is_loopback(request.host):
+            return Response("404 page not found\n", status=404)
+        return Response(msgspec.json.encode(debug_state()), content_type=JSON)
+
+    @app.route("/debug/flags/v", methods=["PUT"])
+    async def verbosity() -> Response:
+        if not _host_is_loopback(request.host):
+            return Response("404 page not found\n", status=404)
+        text = (await request.get_data(as_text=True)).strip()
+        levels = {
+            "0": logging.WARNING,
+            "1": logging.INFO,
+            "2": logging.INFO,
+            "3": logging.DEBUG,
+            "4": logging.DEBUG,
+        }
+        if text not in levels:
+            return Response(f"verbosity must be 0-4, got {text!r}\n", status=400)
+        logging.getLogger("gpustack").setLevel(levels[text])
+        return Response(f"verbosity set to {text}\n")
+
+    return app

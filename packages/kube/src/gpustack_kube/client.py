@@ -1,0 +1,328 @@
+"""An async client for the few Kubernetes API calls the daemons make.
+
+The official ``kubernetes`` client is synchronous; under trio it would need a thread per
+watch. This speaks the API directly with httpx, whose transport is also the test seam.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import ssl
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+import trio
+
+from gpustack_kube.config import KubeConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds for connecting and for each read of a non-watch request."""
+ERROR_BODY_LIMIT = 64 * 1024
+"""Error bodies are read this far: enough for any Status, bounded against a misbehaving proxy."""
+TOKEN_REREAD_SECONDS = 60.0
+"""How long a token read from a file is reused; client-go rereads on the same period."""
+
+Params = Mapping[str, str | int | bool]
+
+
+class KubeError(Exception):
+    """Anything that kept a request from producing its answer; one type for callers to catch."""
+
+
+class ApiError(KubeError):
+    """A non-2xx answer (or a watch ERROR event), with what its ``Status`` body said."""
+
+    def __init__(self, status: int, reason: str, message: str, body: bytes = b"") -> None:
+        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body
+
+    @property
+    def expired(self) -> bool:
+        """The resourceVersion asked for is gone from the server's history: relist."""
+        return self.status == 410 or self.reason in {"Expired", "Gone"}
+
+    @classmethod
+    def from_response(cls, status: int, phrase: str, body: bytes) -> ApiError:
+        """Read the ``Status`` body when there is one; proxies and kubelets may send text."""
+        try:
+            decoded = json.loads(body)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict) and decoded.get("kind") == "Status":
+            return cls.from_status(decoded, body, default_code=status, default_reason=phrase)
+        text = body.decode("utf-8", "replace").strip()
+        return cls(status, phrase, text[:500], body)
+
+    @classmethod
+    def from_status(
+        cls,
+        status: Mapping[str, Any],
+        body: bytes = b"",
+        *,
+        default_code: int = 500,
+        default_reason: str = "",
+    ) -> ApiError:
+        """An ApiError from a decoded ``Status`` object (error body or watch ERROR event)."""
+        code = status.get("code")
+        reason = status.get("reason")
+        message = status.get("message")
+        return cls(
+            code if isinstance(code, int) else default_code,
+            reason if isinstance(reason, str) and reason else default_reason,
+            message if isinstance(message, str) else "",
+            body,
+        )
+
+
+class TooLarge(KubeError):  # noqa: N818 — the name the callers were promised
+    """A bounded read found more than its limit; the rest was not read."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        super().__init__(f"{path}: response exceeds {limit} bytes")
+        self.path = path
+        self.limit = limit
+
+
+class TransportError(KubeError):
+    """The API server could not be reached or the connection broke (timeouts included)."""
+
+
+class MalformedResponseError(KubeError):
+    """A 2xx answer whose body is not what the API promises (not JSON, not an object)."""
+
+
+def _decode_object(raw: bytes | str, what: str) -> dict[str, Any]:
+    try:
+        decoded = json.loads(raw)
+    except ValueError as exc:
+        raise MalformedResponseError(f"{what}: not JSON: {exc}") from exc
+    if not isinstance(decoded, dict):
+        raise MalformedResponseError(
+            f"{what}: expected a JSON object, got {type(decoded).__name__}"
+        )
+    return decoded
+
+
+class KubeClient:
+    """One connection pool to one API server, with the config's identity."""
+
+    def __init__(
+        self,
+        config: KubeConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.config = config
+        self.timeout = timeout
+        self._token = config.token
+        self._token_read_at = -float("inf")
+        # With a transport given (tests), TLS is the transport's business; building the
+        # context anyway would make every test carry real certificates.
+        verify: ssl.SSLContext | bool = True if transport is not None else config.ssl_context()
+        self._http = httpx.AsyncClient(
+            base_url=config.server,
+            transport=transport,
+            verify=verify,
+            http1=True,
+            http2=False,
+            # The daemons talk to the API server directly; an HTTPS_PROXY meant for image
+            # pulls or a workstation's browser must not reroute (or break) that.
+            trust_env=False,
+            timeout=httpx.Timeout(timeout),
+            headers={"Accept": "application/json", "User-Agent": "gpustack-kube/0.1"},
+        )
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the pool; the client cannot be used afterwards."""
+        await self._http.aclose()
+
+    def _headers(self) -> dict[str, str]:
+        token = self._current_token()
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _current_token(self) -> str | None:
+        path: Path | None = self.config.token_file
+        if path is None:
+            return self._token
+        now = trio.current_time()
+        if now - self._token_read_at >= TOKEN_REREAD_SECONDS:
+            try:
+                self._token = path.read_text().strip() or self._token
+            except OSError as exc:
+                # Keep the last token: it may still be valid, and a 401 will say so if not.
+                log.warning("cannot reread token file %s: %s", path, exc)
+            self._token_read_at = now
+        return self._token
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        content: bytes | None = None,
+        timeout: httpx.Timeout | None = None,
+    ) -> httpx.Response:
+        """Send and return the response with its body unread (the caller must close it)."""
+        headers = self._headers()
+        if content is not None:
+            headers["Content-Type"] = "application/json"
+        request = self._http.build_request(
+            method,
+            path,
+            params=_query(params),
+            content=content,
+            headers=headers,
+            timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+        )
+        try:
+            return await self._http.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise TransportError(f"{method} {path}: {exc!r}") from exc
+
+    async def _read(self, response: httpx.Response, path: str, limit: int | None) -> bytes:
+        """Read the body, at most ``limit`` bytes; raise ``ApiError`` for a non-2xx answer."""
+        ok = response.is_success
+        cap = limit if ok else ERROR_BODY_LIMIT
+        chunks: list[bytes] = []
+        size = 0
+        stream = response.aiter_bytes()
+        over = False
+        try:
+            if ok and cap is not None:
+                length = response.headers.get("Content-Length", "")
+                if length.isdigit() and int(length) > cap:
+                    raise TooLarge(path, cap)
+            async for chunk in stream:
+                chunks.append(chunk)
+                size += len(chunk)
+                if cap is not None and size > cap:
+                    over = True
+                    break
+        except httpx.TransportError as exc:
+            raise TransportError(f"{response.request.method} {path}: {exc!r}") from exc
+        finally:
+            if over:
+                await _abandon(response, stream)
+            await response.aclose()
+        if over and ok:
+            raise TooLarge(path, size if cap is None else cap)
+        body = b"".join(chunks)
+        if not ok:
+            raise ApiError.from_response(
+                response.status_code, response.reason_phrase, body[:ERROR_BODY_LIMIT]
+            )
+        return body
+
+    async def get(self, path: str, params: Params | None = None) -> dict[str, Any]:
+        """GET a JSON object."""
+        response = await self._send("GET", path, params=params)
+        return _decode_object(await self._read(response, path, None), f"GET {path}")
+
+    async def get_bytes(self, path: str, params: Params | None = None, *, limit: int) -> bytes:
+        """GET a body of at most ``limit`` bytes; beyond it, ``TooLarge`` without reading on.
+
+        For answers whose size the API server does not bound (a kubelet's summary through the
+        node proxy on a node with many Pods), so one node cannot make the daemon hold an
+        arbitrary amount of memory.
+        """
+        response = await self._send("GET", path, params=params)
+        return await self._read(response, path, limit)
+
+    async def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a JSON object (reviews) and return the JSON answer."""
+        content = json.dumps(body, separators=(",", ":")).encode()
+        response = await self._send("POST", path, content=content)
+        return _decode_object(await self._read(response, path, None), f"POST {path}")
+
+    async def watch(
+        self, path: str, params: Params | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Stream watch events (``{"type", "object"}``) until the server ends the stream.
+
+        An ERROR event becomes ``ApiError`` (410 Expired among them). Use it inside
+        ``contextlib.aclosing`` so that leaving early closes the connection at once instead of
+        whenever the generator is collected. With ``timeoutSeconds`` in ``params`` the read
+        timeout is that plus the client's, so a stream the server forgot to end (or a silently
+        dead connection) still fails; without it a watch may idle indefinitely.
+        """
+        query: dict[str, str | int | bool] = dict(params or {})
+        query["watch"] = "true"
+        server_timeout = query.get("timeoutSeconds")
+        read: float | None = None
+        if server_timeout is not None and not isinstance(server_timeout, bool):
+            read = float(server_timeout) + self.timeout
+        timeout = httpx.Timeout(self.timeout, read=read)
+        response = await self._send("GET", path, params=query, timeout=timeout)
+        if not response.is_success:
+            await self._read(response, path, None)  # raises ApiError
+        lines = response.aiter_lines()
+        finished = False
+        try:
+            async for line in lines:
+                if not line.strip():
+                    continue
+                event = _decode_object(line, f"watch {path}")
+                kind = event.get("type")
+                obj = event.get("object")
+                if not isinstance(kind, str) or not isinstance(obj, dict):
+                    raise MalformedResponseError(
+                        f"watch {path}: event without type or object: {line[:200]}"
+                    )
+                if kind == "ERROR":
+                    raise ApiError.from_status(obj, line.encode())
+                yield event
+            finished = True
+        except httpx.TransportError as exc:
+            raise TransportError(f"watch {path}: {exc!r}") from exc
+        finally:
+            if not finished:
+                await _abandon(response, lines)
+            await response.aclose()
+
+
+async def _abandon(response: httpx.Response, body: AsyncIterator[Any]) -> None:
+    """Stop reading a body early without leaving httpx's iterators half-run.
+
+    httpx's body iterators are nested async generators (encode/httpx#3686), and closing the
+    outermost does not close the ones inside; trio then warns about each one at garbage
+    collection. Closing the response first makes the innermost read end at once, so running
+    the chain out reads nothing more and lets every level finish. Errors in doing so are the
+    expected end of a closed stream; cancellation still propagates.
+    """
+    await response.aclose()
+    with contextlib.suppress(Exception):
+        async for _ in body:
+            pass
+
+
+def _query(params: Params | None) -> dict[str, str] | None:
+    """Booleans as the API server spells them (``true``), not as Python prints them."""
+    if params is None:
+        return None
+    return {
+        k: (("true" if v else "false") if isinstance(v, bool) else str(v))
+        for k, v in params.items()
+    }

@@ -1,0 +1,317 @@
+"""Where the daemons find the Kubernetes API, and with which credentials.
+
+The kubeconfig is parsed here rather than by the official client's loader because that loader
+drags the whole synchronous client in, and because its errors do not say which field of which
+file is wrong — the first thing an operator needs when a daemon refuses to start.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import ssl
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+DEFAULT_NAMESPACE = "default"
+
+
+class KubeConfigError(Exception):
+    """A kubeconfig (or the in-cluster files) cannot be used; the message names file and field."""
+
+
+@dataclass(frozen=True)
+class KubeConfig:
+    """One API server and the identity to present to it.
+
+    ``token_file`` is kept beside ``token`` because bound service-account tokens expire
+    (about an hour) and the kubelet rewrites the file: a daemon that read the token once would
+    start failing with 401 mid-run. The client rereads the file; ``token`` is what it held at
+    load time.
+    """
+
+    server: str
+    token: str | None
+    ca_data: bytes | None
+    client_cert: tuple[bytes, bytes] | None
+    insecure: bool
+    namespace: str
+    token_file: Path | None = None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS settings the kubeconfig asks for.
+
+        With CA data only that CA is trusted, as client-go does: a cluster's private CA must
+        not be widened to every public CA. Without it the system roots apply, as for a managed
+        cluster's public endpoint.
+        """
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # hostname check and CERT_REQUIRED
+        if self.insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        elif self.ca_data is None:
+            context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+        else:
+            try:
+                context.load_verify_locations(cadata=self.ca_data.decode("ascii"))
+            except (ssl.SSLError, UnicodeDecodeError, ValueError) as exc:
+                raise KubeConfigError(
+                    f"certificate authority: not a PEM certificate: {exc}"
+                ) from exc
+        if self.client_cert is not None:
+            _load_client_cert(context, *self.client_cert)
+        return context
+
+
+def _load_client_cert(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
+    """Load an in-memory certificate and key.
+
+    ``ssl`` reads certificate chains only from files, so the PEM goes through a private
+    directory that is removed at once.
+    """
+    with tempfile.TemporaryDirectory(prefix="gpustack-kube-") as folder:
+        cert_path, key_path = Path(folder) / "client.crt", Path(folder) / "client.key"
+        for path, data in ((cert_path, cert), (key_path, key)):
+            path.touch(mode=0o600)
+            path.write_bytes(data)
+        try:
+            context.load_cert_chain(str(cert_path), str(key_path))
+        except ssl.SSLError as exc:
+            raise KubeConfigError(f"client certificate/key: cannot be loaded: {exc}") from exc
+
+
+def load_config(
+    kubeconfig: Path | None = None,
+    *,
+    context: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+    service_account_dir: Path = SERVICE_ACCOUNT_DIR,
+) -> KubeConfig | None:
+    """Find the API server: explicit file, then ``KUBECONFIG``, then in-cluster, else ``None``.
+
+    ``None`` means standalone: the caller runs without Kubernetes. ``~/.kube/config`` is
+    deliberately not consulted: a daemon started by hand on a workstation would otherwise
+    attach silently to whatever cluster the operator's kubectl points at — talking to a
+    cluster must be asked for, by a file, the variable, or running in a Pod.
+    """
+    if kubeconfig is not None:
+        return parse_kubeconfig(kubeconfig, context=context)
+    listed = environ.get("KUBECONFIG", "")
+    first = next((p for p in listed.split(os.pathsep) if p), None)
+    if first is not None:
+        return parse_kubeconfig(Path(first), context=context)
+    host = environ.get("KUBERNETES_SERVICE_HOST", "")
+    port = environ.get("KUBERNETES_SERVICE_PORT", "")
+    if host and port:
+        return in_cluster(host, port, service_account_dir)
+    return None
+
+
+def in_cluster(host: str, port: str, service_account_dir: Path) -> KubeConfig:
+    """The Pod's own service account.
+
+    A missing token is an error, not standalone: the variables say we run in a Pod, and
+    silently dropping the cluster would make a mis-mounted account look like a healthy node.
+    """
+    token_file = service_account_dir / "token"
+    try:
+        token = token_file.read_text().strip()
+    except OSError as exc:
+        raise KubeConfigError(
+            f"{token_file}: in-cluster token cannot be read: {exc.strerror}"
+        ) from exc
+    ca_file = service_account_dir / "ca.crt"
+    ca_data = ca_file.read_bytes() if ca_file.is_file() else None
+    namespace_file = service_account_dir / "namespace"
+    namespace = (
+        namespace_file.read_text().strip() if namespace_file.is_file() else ""
+    ) or DEFAULT_NAMESPACE
+    server_host = f"[{host}]" if ":" in host else host
+    return KubeConfig(
+        server=f"https://{server_host}:{port}",
+        token=token,
+        ca_data=ca_data,
+        client_cert=None,
+        insecure=False,
+        namespace=namespace,
+        token_file=token_file,
+    )
+
+
+class _Reader:
+    """Typed access into the YAML document, each failure naming the file and the field."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.folder = path.parent
+
+    def error(self, field: str, problem: str) -> KubeConfigError:
+        return KubeConfigError(
+            f"{self.path}: {field}: {problem}" if field else f"{self.path}: {problem}"
+        )
+
+    def mapping(self, value: Any, field: str) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.error(field, "expected a mapping")
+        return value
+
+    def string(self, value: Any, field: str) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self.error(field, "expected a string")
+        return value
+
+    def boolean(self, value: Any, field: str) -> bool:
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise self.error(field, "expected true or false")
+        return value
+
+    def named(
+        self, document: dict[str, Any], section: str, name: str
+    ) -> tuple[str, dict[str, Any]]:
+        """The entry called ``name`` in ``clusters``/``users``/``contexts``, and its field path."""
+        entries = document.get(section)
+        if entries is None:
+            entries = []
+        if not isinstance(entries, list):
+            raise self.error(section, "expected a list")
+        inner = section[:-1]  # clusters[i].cluster, users[i].user, contexts[i].context
+        for index, raw in enumerate(entries):
+            field = f"{section}[{index}]"
+            entry = self.mapping(raw, field)
+            if self.string(entry.get("name"), f"{field}.name") == name:
+                return f"{field}.{inner}", self.mapping(entry.get(inner), f"{field}.{inner}")
+        raise self.error("", f"{inner} {name!r} not found")
+
+    def base64(self, value: Any, field: str) -> bytes | None:
+        text = self.string(value, field)
+        if text is None:
+            return None
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise self.error(field, f"not valid base64: {exc}") from exc
+
+    def file(self, value: Any, field: str) -> bytes | None:
+        name = self.string(value, field)
+        if name is None:
+            return None
+        path = self.resolve(name)
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise self.error(field, f"cannot read {path}: {exc.strerror}") from exc
+
+    def resolve(self, name: str) -> Path:
+        """Relative paths are relative to the kubeconfig's folder, as kubectl resolves them."""
+        path = Path(name).expanduser()
+        return path if path.is_absolute() else self.folder / path
+
+    def data_or_file(self, section: dict[str, Any], field: str, key: str) -> bytes | None:
+        """``<key>-data`` wins over ``<key>`` when both are set, as in client-go."""
+        data = self.base64(section.get(f"{key}-data"), f"{field}.{key}-data")
+        if data is not None:
+            return data
+        return self.file(section.get(key), f"{field}.{key}")
+
+
+def parse_kubeconfig(path: Path, *, context: str | None = None) -> KubeConfig:
+    """Read one kubeconfig file and resolve ``context`` (default: its current-context)."""
+    reader = _Reader(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise reader.error("", f"cannot read: {exc.strerror}") from exc
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise reader.error("", f"not valid YAML: {exc}") from exc
+    document = reader.mapping(loaded, "(document)")
+
+    name = context or reader.string(document.get("current-context"), "current-context")
+    if not name:
+        raise reader.error("current-context", "not set and no context was given")
+    context_field, context_entry = reader.named(document, "contexts", name)
+    cluster_name = reader.string(context_entry.get("cluster"), f"{context_field}.cluster")
+    if not cluster_name:
+        raise reader.error(f"{context_field}.cluster", "missing")
+    user_name = reader.string(context_entry.get("user"), f"{context_field}.user")
+    namespace = (
+        reader.string(context_entry.get("namespace"), f"{context_field}.namespace")
+        or DEFAULT_NAMESPACE
+    )
+
+    cluster_field, cluster = reader.named(document, "clusters", cluster_name)
+    server = reader.string(cluster.get("server"), f"{cluster_field}.server")
+    if not server:
+        raise reader.error(f"{cluster_field}.server", "missing")
+    insecure = reader.boolean(
+        cluster.get("insecure-skip-tls-verify"), f"{cluster_field}.insecure-skip-tls-verify"
+    )
+    ca_data = reader.data_or_file(cluster, cluster_field, "certificate-authority")
+    if insecure and ca_data is not None:
+        # kubectl refuses this pair too: one of the two is a mistake, and guessing which would
+        # either trust anything or fail later with a less helpful message.
+        raise reader.error(
+            f"{cluster_field}.insecure-skip-tls-verify",
+            "cannot be combined with a certificate authority",
+        )
+
+    token, token_file, client_cert = (
+        _credentials(reader, document, user_name) if user_name else (None, None, None)
+    )
+
+    return KubeConfig(
+        server=server.rstrip("/"),
+        token=token,
+        ca_data=ca_data,
+        client_cert=client_cert,
+        insecure=insecure,
+        namespace=namespace,
+        token_file=token_file,
+    )
+
+
+def _credentials(
+    reader: _Reader, document: dict[str, Any], user_name: str
+) -> tuple[str | None, Path | None, tuple[bytes, bytes] | None]:
+    """Token (with the file it came from) and client certificate of one ``users`` entry.
+
+    ``exec`` and ``auth-provider`` are refused rather than ignored: ignoring them would send
+    anonymous requests whose 401s point nowhere near the cause.
+    """
+    user_field, user = reader.named(document, "users", user_name)
+    for unsupported in ("exec", "auth-provider"):
+        if user.get(unsupported) is not None:
+            raise reader.error(f"{user_field}.{unsupported}", "not supported; use a token")
+    token = reader.string(user.get("token"), f"{user_field}.token") or None
+    token_file_name = reader.string(user.get("tokenFile"), f"{user_field}.tokenFile")
+    token_file: Path | None = None
+    if token is None and token_file_name:
+        token_file = reader.resolve(token_file_name)
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise reader.error(
+                f"{user_field}.tokenFile", f"cannot read {token_file}: {exc.strerror}"
+            ) from exc
+    cert = reader.data_or_file(user, user_field, "client-certificate")
+    key = reader.data_or_file(user, user_field, "client-key")
+    if cert is None and key is None:
+        return token, token_file, None
+    if cert is None or key is None:
+        missing = "client-key" if key is None else "client-certificate"
+        raise reader.error(f"{user_field}.{missing}", "missing: certificate and key go together")
+    return token, token_file, (cert, key)

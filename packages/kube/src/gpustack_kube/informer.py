@@ -1,0 +1,310 @@
+"""A local, always-current copy of one collection: list once, then follow its watch.
+
+The daemons ask "which Pods run on this node" many times a second; asking the API server
+each time would load it with one list per question per node. An informer turns that into one
+list and one long-lived watch per daemon, and repairs itself when the watch is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from gpustack_kube.client import ApiError, KubeClient, KubeError, MalformedResponseError, Params
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+"""(namespace, name); cluster-scoped objects have namespace ``""``."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Bounded exponential delay between failed attempts.
+
+    Every node runs a Device Manager, so after an API server outage they all retry at once;
+    the jitter (a fraction taken off, never added, so ``maximum`` stays a true bound) spreads
+    them out.
+    """
+
+    initial: float = 1.0
+    maximum: float = 60.0
+    factor: float = 2.0
+    jitter: float = 0.2
+
+    def delay(self, failures: int, rand: Callable[[], float] = random.random) -> float:
+        """Seconds to wait after the ``failures``-th consecutive failure (1-based)."""
+        base = self.initial
+        for _ in range(max(0, failures - 1)):
+            base *= self.factor
+            if base >= self.maximum:
+                break
+        base = min(base, self.maximum)
+        return base * (1.0 - self.jitter * rand())
+
+
+@dataclass(frozen=True)
+class InformerStatistics:
+    """Counters for health endpoints and tests; ``relists`` excludes the first list."""
+
+    lists: int
+    relists: int
+    resyncs: int
+    expired: int
+    watches: int
+    events: int
+    bookmarks: int
+    errors: int
+
+
+class Informer:
+    """List+watch of one collection, keyed by (namespace, name).
+
+    Run it with ``await nursery.start(informer.run)``: the start returns once the first list
+    has succeeded, so the caller never serves an empty view that merely hasn't loaded yet.
+    It retries the first list forever; wrap the start in ``trio.fail_after`` to give up.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        path: str,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        resync: float = 300.0,
+        watch_timeout: int = 240,
+        backoff: Backoff | None = None,
+        min_watch_seconds: float = 1.0,
+    ) -> None:
+        self.client = client
+        self.path = path
+        self.field_selector = field_selector
+        self.label_selector = label_selector
+        self.resync = resync
+        self.watch_timeout = watch_timeout
+        self.backoff = backoff or Backoff()
+        self.min_watch_seconds = min_watch_seconds
+        self._objects: dict[Key, dict[str, Any]] = {}
+        self._version = ""
+        self._synced = False
+        self._last_error: str | None = None
+        self._changed = trio.Event()
+        self._generation = 0
+        self._failures = 0
+        self._progress_since_list = False
+        self._keep_backoff = False
+        self._counts = dict.fromkeys(
+            ("lists", "relists", "resyncs", "expired", "watches", "events", "bookmarks", "errors"),
+            0,
+        )
+
+    # -- the view ----------------------------------------------------------------------------
+
+    def objects(self) -> list[dict[str, Any]]:
+        """The objects now, as a new list that later changes never touch.
+
+        Events replace stored objects rather than editing them, so holding the dicts is safe
+        too — as long as the caller does not mutate them, which would corrupt the view.
+        """
+        return list(self._objects.values())
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One object by key, or ``None``."""
+        return self._objects.get((namespace, name))
+
+    @property
+    def synced(self) -> bool:
+        """Whether a list has ever succeeded: before that, an empty view means nothing."""
+        return self._synced
+
+    @property
+    def last_error(self) -> str | None:
+        """The most recent failure, cleared by the next successful list or watch event."""
+        return self._last_error
+
+    @property
+    def version(self) -> str:
+        """The resourceVersion the view reflects (``""`` before the first list)."""
+        return self._version
+
+    @property
+    def generation(self) -> int:
+        """Bumped on every change to the view, so a poller can tell whether to recompute."""
+        return self._generation
+
+    async def wait_changed(self) -> None:
+        """Block until the view next changes.
+
+        Trio switches tasks only at checkpoints, so reading ``objects()`` and then calling
+        this without an ``await`` in between cannot miss a change.
+        """
+        await self._changed.wait()
+
+    def statistics(self) -> InformerStatistics:
+        """A frozen copy of the counters."""
+        return InformerStatistics(**self._counts)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """List, then watch; relist on expiry and every ``resync`` seconds. Never returns."""
+        started = False
+        while True:
+            if not await self._list():
+                continue
+            if not started:
+                started = True
+                task_status.started()
+            # The periodic relist repairs any drift a lost or misapplied event left behind.
+            with trio.move_on_after(self.resync) as resync:
+                await self._watch_until_expired()
+            if resync.cancelled_caught:
+                self._counts["resyncs"] += 1
+
+    def _selectors(self) -> dict[str, str | int | bool]:
+        params: dict[str, str | int | bool] = {}
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
+        if self.label_selector:
+            params["labelSelector"] = self.label_selector
+        return params
+
+    async def _list(self) -> bool:
+        """One list; on failure record it, back off and say so."""
+        try:
+            answer = await self.client.get(self.path, self._selectors())
+            items, version = _parse_list(answer, self.path)
+        except ApiError as exc:
+            await self._failed(f"list {self.path}: {exc}")
+            return False
+        except KubeError as exc:
+            await self._failed(str(exc))  # transport and decoding errors name the path
+            return False
+        fresh: dict[Key, dict[str, Any]] = {}
+        for item in items:
+            key = _key(item)
+            if key is not None:
+                fresh[key] = item
+        if self._synced:
+            self._counts["relists"] += 1
+        self._counts["lists"] += 1
+        changed = fresh != self._objects or not self._synced
+        self._objects = fresh
+        self._version = version
+        self._synced = True
+        if self._keep_backoff:
+            self._keep_backoff = False  # listing works; whether watching does is still open
+        else:
+            self._failures = 0
+        self._last_error = None
+        self._progress_since_list = False
+        if changed:
+            self._notify()
+        return True
+
+    async def _watch_until_expired(self) -> None:
+        """Watch from ``version``, re-watching as streams end, until the version expires."""
+        while True:
+            params: Params = {
+                **self._selectors(),
+                "resourceVersion": self._version,
+                "allowWatchBookmarks": True,
+                "timeoutSeconds": self.watch_timeout,
+            }
+            opened = trio.current_time()
+            delivered = 0
+            self._counts["watches"] += 1
+            try:
+                async with aclosing(self.client.watch(self.path, params)) as events:
+                    async for event in events:
+                        delivered += 1
+                        self._apply(event)
+            except ApiError as exc:
+                if not exc.expired:
+                    await self._failed(f"watch {self.path}: {exc}")
+                    continue
+                self._counts["expired"] += 1
+                if not self._progress_since_list:
+                    # Expired on the very version a list just gave: relisting at once would
+                    # spin list→410→list against a server whose history is broken.
+                    self._keep_backoff = True
+                    await self._failed(f"watch {self.path}: expired right after listing: {exc}")
+                log.info("watch of %s expired at %s; relisting", self.path, self._version)
+                return
+            except KubeError as exc:
+                await self._failed(str(exc))  # transport and decoding errors name the path
+                continue
+            if delivered == 0 and trio.current_time() - opened < self.min_watch_seconds:
+                # A proxy that closes every stream at once would otherwise be re-watched in a
+                # tight loop.
+                await self._failed(f"watch {self.path}: the stream ended at once")
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        obj: dict[str, Any] = event["object"]
+        metadata = obj.get("metadata")
+        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+        self._counts["events"] += 1
+        self._failures = 0
+        self._last_error = None
+        self._progress_since_list = True
+        if kind == "BOOKMARK":
+            self._counts["bookmarks"] += 1
+        elif kind in {"ADDED", "MODIFIED", "DELETED"}:
+            key = _key(obj)
+            if key is not None:
+                if kind == "DELETED":
+                    self._objects.pop(key, None)
+                else:
+                    self._objects[key] = obj
+                self._notify()
+        else:
+            log.warning("watch of %s: ignoring an event of type %r", self.path, kind)
+        if isinstance(version, str) and version:
+            self._version = version
+
+    async def _failed(self, message: str) -> None:
+        self._counts["errors"] += 1
+        self._failures += 1
+        self._last_error = message
+        delay = self.backoff.delay(self._failures)
+        log.warning("%s; retrying in %.1fs", message, delay)
+        await trio.sleep(delay)
+
+    def _notify(self) -> None:
+        self._generation += 1
+        changed, self._changed = self._changed, trio.Event()
+        changed.set()
+
+
+def _key(obj: dict[str, Any]) -> Key | None:
+    """The object's key, or ``None`` for one without a name.
+
+    Such an object is skipped, not fatal, so one bad object cannot wedge the watch replaying it.
+    """
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
+        log.warning("skipping an object without metadata.name: %.200r", obj)
+        return None
+    namespace = metadata.get("namespace")
+    return (namespace if isinstance(namespace, str) else "", metadata["name"])
+
+
+def _parse_list(answer: dict[str, Any], path: str) -> tuple[list[dict[str, Any]], str]:
+    items = answer.get("items")
+    metadata = answer.get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+    if items is None:
+        items = []  # the API server omits an empty list's items
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise MalformedResponseError(f"list {path}: items is not a list of objects")
+    if not isinstance(version, str) or not version:
+        raise MalformedResponseError(f"list {path}: no metadata.resourceVersion to watch from")
+    return items, version
