@@ -14,6 +14,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from devicemanager import bench_monitor_pass, bench_snapshot_route
+
 from gpustack_core.kubelet import parse_summary, usage_from_summary
 from gpustack_core.pods import parse_pod
 from gpustack_core.sample import instance_sample
@@ -130,6 +132,8 @@ def main() -> None:
     )
 
     bench_replay(args.repeat)
+    bench_monitor_pass(max(3, args.repeat // 10))
+    bench_snapshot_route(max(50, args.repeat * 4))
 
     if CORPUS.is_dir():
         largest = max(CORPUS.glob("*.json"), key=lambda p: p.stat().st_size)

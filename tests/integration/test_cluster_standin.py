@@ -95,19 +95,25 @@ async def test_list_pods_of_a_node(cluster: RunningCluster) -> None:
 
 async def test_summary_through_the_node_proxy(cluster: RunningCluster) -> None:
     v1 = kubernetes.client.CoreV1Api(client(cluster))
+    # Read the body in the worker thread too: reading it here would block the event loop that
+    # serves it.
     raw = await in_thread(
-        lambda: v1.connect_get_node_proxy_with_path(NODE, "stats/summary", _preload_content=False)
+        lambda: (
+            v1.connect_get_node_proxy_with_path(NODE, "stats/summary", _preload_content=False).data
+        )
     )
-    summary = json.loads(raw.data)
+    summary = json.loads(raw)
     assert summary["node"]["nodeName"] == NODE
     pods = {p["podRef"]["name"]: p for p in summary["pods"]}
     assert "llama-70b" in pods
     before = pods["llama-70b"]["cpu"]["usageNanoCores"]
     cluster.state.clock.advance(60)  # the scenario's load rises at t=30
     raw = await in_thread(
-        lambda: v1.connect_get_node_proxy_with_path(NODE, "stats/summary", _preload_content=False)
+        lambda: (
+            v1.connect_get_node_proxy_with_path(NODE, "stats/summary", _preload_content=False).data
+        )
     )
-    after = {p["podRef"]["name"]: p for p in json.loads(raw.data)["pods"]}
+    after = {p["podRef"]["name"]: p for p in json.loads(raw)["pods"]}
     assert after["llama-70b"]["cpu"]["usageNanoCores"] > before
 
 

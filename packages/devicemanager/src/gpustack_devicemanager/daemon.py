@@ -93,6 +93,8 @@ async def serve(
     config.certfile, config.keyfile = str(cert), str(key)
     config.alpn_protocols = ["h2", "http/1.1"]
     config.accesslog = None
+    # Hypercorn's own messages go through our logging (and its JSON format), not a 2nd handler.
+    config.errorlog = logging.getLogger("gpustack.devicemanager.http")
     config.graceful_timeout = 2.0
     reloader = CertReloader(config, cert, key)
 
