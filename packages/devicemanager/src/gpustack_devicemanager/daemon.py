@@ -18,6 +18,8 @@ from typing import Any
 import trio
 from hypercorn.trio import serve as hypercorn_serve
 
+from gpustack_devicemanager.exporter import ExporterSource, run_exporter
+from gpustack_devicemanager.exposition import ExpositionHolder
 from gpustack_devicemanager.health import Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.monitor import TickContext, run_monitor
@@ -47,6 +49,8 @@ class ServeOptions:
     kubeconfig: Path | None = None
     kube_context: str | None = None
     proc_root: Path = Path("/proc")
+    namespace: str = "gpustack-system"
+    """The Device Manager Pods' namespace, where the exporter's role rule looks for peers."""
     hosts: Sequence[str] = field(default_factory=lambda: ("localhost", "127.0.0.1"))
 
 
@@ -134,7 +138,22 @@ async def serve(
                 backend, holder, node_pods, context, limiter=limiter, task_status=task_status
             )
         )
-        app = build_app(holder, liveness, trio.current_time, debug_state)
+        exposition = ExpositionHolder()
+        nursery.start_soon(
+            lambda: run_exporter(
+                ExporterSource(
+                    options.node_name,
+                    options.manufacturer,
+                    options.namespace,
+                    node_pods,
+                    client,
+                    holder,
+                ),
+                exposition,
+                period=options.monitor_period,
+            )
+        )
+        app = build_app(holder, liveness, trio.current_time, debug_state, exposition)
         urls = await nursery.start(
             lambda task_status: hypercorn_serve(
                 app, config, shutdown_trigger=shutdown.wait, task_status=task_status

@@ -10,6 +10,7 @@ import msgspec
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from gpustack_devicemanager.exposition import ExpositionHolder
 from gpustack_devicemanager.health import Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
 
@@ -28,6 +29,7 @@ def build_app(
     liveness: Liveness,
     now: Callable[[], float],
     debug_state: Callable[[], dict[str, Any]],
+    exposition: ExpositionHolder | None = None,
 ) -> QuartTrio:
     """Routes read memory only: the snapshot bytes were serialized by the monitor tick."""
     app = QuartTrio("gpustack-device-manager")
@@ -37,6 +39,13 @@ def build_app(
         if request.method not in {"GET", "HEAD"}:
             return Response("method not allowed\n", status=405, headers={"Allow": "GET"})
         return Response(holder.current.body, content_type=JSON)
+
+    @app.route("/metrics")
+    async def metrics() -> Response:
+        if exposition is None:
+            return Response("404 page not found\n", status=404)
+        body, content_type = exposition.negotiate(request.headers.get("Accept", ""))
+        return Response(body, content_type=content_type)
 
     @app.route("/readyz")
     async def readyz() -> Response:

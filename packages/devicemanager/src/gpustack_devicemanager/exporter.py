@@ -1,0 +1,310 @@
+"""The node exporter's round: which series exist and what they say, decided once per period.
+
+Pure composition lives here (role, Instance Pods, samples through the same core code as the
+subresource); the poller around it only fetches. A scrape never does I/O: it serves the bytes the
+last round rendered.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import trio
+
+from gpustack_core.decoding import ContractError
+from gpustack_core.kubelet import Summary, parse_summary, usage_from_summary
+from gpustack_core.pods import Pod, is_instance_pod, is_ready, is_terminating, pod_from_object
+from gpustack_core.sample import instance_sample
+from gpustack_core.snapshot import MonitorSnapshot, is_fresh
+from gpustack_core.usage import DeclaredTotals
+from gpustack_devicemanager.exposition import ExpositionHolder, Family, render
+from gpustack_devicemanager.holder import SnapshotHolder
+from gpustack_kube.client import KubeClient, KubeError
+
+log = logging.getLogger("gpustack.devicemanager.exporter")
+
+COMPONENT_LABEL = "app.kubernetes.io/component"
+COMPONENT = "device-manager"
+MANUFACTURER_LABEL = "gpustack.ai/manufacturer"
+SUMMARY_LIMIT = 32 << 20
+"""A node summary larger than this is refused rather than buffered without bound."""
+
+POD_FIELDS = (
+    ("cpu", "total", "millicores", "cpu_total_milli_cores", "The Instance's CPU limit."),
+    ("cpu", "used", "millicores", "cpu_used_milli_cores", "Pod CPU usage."),
+    ("memory", "total", "mib", "memory_total_mib", "The Instance's memory limit."),
+    ("memory", "used", "mib", "memory_used_mib", "Pod working-set memory."),
+    ("storage", "total", "mib", "storage_total_mib", "The Instance's ephemeral-storage limit."),
+    ("storage", "used", "mib", "storage_used_mib", "Pod ephemeral-storage usage."),
+)
+ACCELERATOR_FIELDS = (
+    ("memory_total_mib", "memory_total_mib", "Memory granted to the Instance."),
+    ("memory_used_mib", "memory_used_mib", "Memory measured held of that grant."),
+    ("memory_utilization_percent", "memory_utilization_percent", "Used over granted memory."),
+    (
+        "cores_utilization_percent",
+        "cores_utilization_percent",
+        "Compute used against the Instance's own allowance.",
+    ),
+    ("temperature_celsius", "temperature_celsius", "The whole device's temperature."),
+    ("power_usage_watts", "power_usage_watts", "The whole device's power draw."),
+    ("unhealthy", "unhealthy", "1 when the whole device is unhealthy."),
+)
+POD_LABELS = ("namespace", "instance_name", "instance_uid", "node")
+ACCELERATOR_LABELS = (*POD_LABELS, "id", "index", "manufacturer", "mode")
+
+
+def instance_pods(pods: Sequence[Pod]) -> list[Pod]:
+    """The node's Instance Pods, not terminating, the newest per Instance."""
+    newest: dict[str, Pod] = {}
+    for pod in pods:
+        if not is_instance_pod(pod) or is_terminating(pod):
+            continue
+        owner = pod.metadata.labels.get("app.kubernetes.io/part-of", "")
+        current = newest.get(owner)
+        if current is None or pod.metadata.creation_timestamp > current.metadata.creation_timestamp:
+            newest[owner] = pod
+    return sorted(newest.values(), key=lambda p: (p.metadata.namespace, p.metadata.name))
+
+
+def publishes_pod_level(pods: Sequence[Pod], *, namespace: str, manufacturer: str) -> bool:
+    """Whether this Device Manager publishes the Pod-level families on its node.
+
+    Among the node's Ready, non-terminating Device Manager Pods of our namespace, the one whose
+    manufacturer label sorts first does. No lease: when it stops being Ready the next one's
+    round sees that and takes over by itself. With no such Pod visible (ours not Ready yet),
+    nobody claims it this round.
+    """
+    candidates = sorted(
+        pod.metadata.labels.get(MANUFACTURER_LABEL, "")
+        for pod in pods
+        if pod.metadata.namespace == namespace
+        and pod.metadata.labels.get(COMPONENT_LABEL) == COMPONENT
+        and is_ready(pod)
+        and not is_terminating(pod)
+        and pod.metadata.labels.get(MANUFACTURER_LABEL)
+    )
+    return bool(candidates) and candidates[0] == manufacturer
+
+
+@dataclass(frozen=True)
+class RoundInputs:
+    """Everything one round read; ``summary`` is ``None`` when the kubelet read failed."""
+
+    node: str
+    manufacturer: str
+    pods: Sequence[Pod] | None
+    """``None``: the node's Pods are unknown (index not synced): the round failed outright."""
+    publisher: bool
+    summary: Summary | None
+    kubelet_seconds: float | None
+    snapshot: MonitorSnapshot | None
+    now: datetime
+
+
+@dataclass
+class Round:
+    """The families one round publishes, and why figures are missing."""
+
+    families: list[Family] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _family(name: str, documentation: str, labels: Sequence[str]) -> Family:
+    return Family(name, documentation, tuple(labels))
+
+
+def compose(inputs: RoundInputs) -> Round:
+    """Decide every series of the round (the subresource's figures, by the same code)."""
+    fresh = inputs.snapshot is not None and is_fresh(inputs.snapshot, inputs.now)
+    result = Round(families=_collector(inputs, fresh))
+    if inputs.pods is None:
+        result.notes.append("the node's Pods are not known yet: no figures this round")
+        return result
+    snapshot = inputs.snapshot if fresh else None
+    result.families.extend(_instances(inputs, inputs.pods, snapshot, result.notes))
+    result.families.append(_capability(inputs, snapshot))
+    return result
+
+
+def _collector(inputs: RoundInputs, fresh: bool) -> list[Family]:
+    """The collector's verdict on itself, published whatever else fails."""
+    success = _family(
+        "gpustack_instance_metrics_collector_success",
+        "Whether that source's last sampling round succeeded.",
+        ("source",),
+    )
+    duration = _family(
+        "gpustack_instance_metrics_collector_duration_seconds",
+        "How long the last kubelet poll took, whether it succeeded or not.",
+        ("source",),
+    )
+    success.add(("snapshot",), 1.0 if fresh else 0.0)
+    if inputs.publisher:
+        read = inputs.summary is not None and inputs.pods is not None
+        success.add(("kubelet",), 1.0 if read else 0.0)
+        if inputs.kubelet_seconds is not None:
+            duration.add(("kubelet",), inputs.kubelet_seconds)
+    return [success, duration]
+
+
+def _instances(
+    inputs: RoundInputs, pods: Sequence[Pod], snapshot: MonitorSnapshot | None, notes: list[str]
+) -> list[Family]:
+    """Pod-level (publisher only) and own-accelerator families for every Instance Pod."""
+    pod_families = [
+        _family(f"gpustack_instance_{resource}_{kind}_{unit}", text, POD_LABELS)
+        for resource, kind, unit, _, text in POD_FIELDS
+    ]
+    accelerator_families = [
+        _family(f"gpustack_instance_accelerator_{suffix}", text, ACCELERATOR_LABELS)
+        for suffix, _, text in ACCELERATOR_FIELDS
+    ]
+    snapshots = {inputs.manufacturer: snapshot} if snapshot is not None else {}
+    for pod in instance_pods(pods):
+        usage = (
+            usage_from_summary(
+                inputs.summary,
+                namespace=pod.metadata.namespace,
+                name=pod.metadata.name,
+                uid=pod.metadata.uid,
+            )
+            if inputs.summary is not None
+            else None
+        )
+        composed = instance_sample(
+            pod=pod,
+            fallback=DeclaredTotals(0, 0, 0),
+            usage=usage,
+            snapshots=snapshots,
+            now=inputs.now,
+        )
+        notes.extend(composed.notes)
+        labels = (
+            pod.metadata.namespace,
+            pod.metadata.name,
+            pod.metadata.labels.get("app.kubernetes.io/part-of", ""),
+            inputs.node,
+        )
+        if inputs.publisher:
+            for family, (_, _, _, attribute, _) in zip(pod_families, POD_FIELDS, strict=True):
+                _add(family, labels, getattr(composed.sample, attribute))
+        for entry in composed.accelerators:
+            if entry.manufacturer != inputs.manufacturer:
+                continue  # another Device Manager publishes its own accelerators
+            accelerator_labels = (
+                *labels,
+                entry.metrics.id,
+                str(entry.index),
+                entry.manufacturer,
+                entry.metrics.mode,
+            )
+            for family, (_, attribute, _) in zip(
+                accelerator_families, ACCELERATOR_FIELDS, strict=True
+            ):
+                _add(family, accelerator_labels, getattr(entry.metrics, attribute))
+    return [*pod_families, *accelerator_families]
+
+
+def _add(family: Family, labels: tuple[str, ...], value: float | bool | None) -> None:
+    """An unmeasured figure publishes no sample: a gauge cannot say "unknown"."""
+    if value is not None:
+        family.add(labels, float(value))
+
+
+def _capability(inputs: RoundInputs, snapshot: MonitorSnapshot | None) -> Family:
+    """Per device (and partition) and entry point, whether the per-process query answered."""
+    capability = _family(
+        "gpustack_accelerator_process_capability",
+        "Whether the per-process query answered on this node's driver (1) or not (0).",
+        ("node", "manufacturer", "id", "entry_point", "reason"),
+    )
+    if snapshot is None or snapshot.slices is None:
+        return capability
+    section = snapshot.slices
+    answers = [
+        *((d.device_id, d.memory_reason, d.cores_reason) for d in section.devices),
+        *((p.id, p.memory_reason, p.cores_reason) for p in section.partitions),
+    ]
+    seen: set[str] = set()
+    for device_id, memory_reason, cores_reason in answers:
+        if device_id in seen:
+            continue
+        seen.add(device_id)
+        for entry_point, reason in (("memory", memory_reason), ("cores", cores_reason)):
+            capability.add(
+                (inputs.node, inputs.manufacturer, device_id, entry_point, reason),
+                0.0 if reason else 1.0,
+            )
+    return capability
+
+
+@dataclass
+class ExporterSource:
+    """Where a round's inputs come from: the node-pod index, the kubelet, our snapshot."""
+
+    node: str
+    manufacturer: str
+    namespace: str
+    pods: Callable[[], Sequence[dict[str, Any]] | None]
+    client: KubeClient | None
+    holder: SnapshotHolder
+
+
+async def read_inputs(source: ExporterSource, now: datetime) -> RoundInputs:
+    """One round's reads: the kubelet afresh (no cache), everything else from memory."""
+    raw = source.pods()
+    pods: list[Pod] | None = None
+    if raw is not None:
+        pods = []
+        for obj in raw:
+            try:
+                pods.append(pod_from_object(obj))
+            except ContractError as exc:
+                log.debug("skipping a Pod the API returned: %s", exc)
+    publisher = pods is not None and publishes_pod_level(
+        pods, namespace=source.namespace, manufacturer=source.manufacturer
+    )
+    summary: Summary | None = None
+    seconds: float | None = None
+    if publisher and source.client is not None:
+        started = time.monotonic()
+        try:
+            body = await source.client.get_bytes(
+                f"/api/v1/nodes/{source.node}/proxy/stats/summary", limit=SUMMARY_LIMIT
+            )
+            summary = parse_summary(body)
+        except (KubeError, ContractError) as exc:
+            log.warning("kubelet summary of %s unavailable: %s", source.node, exc)
+        seconds = time.monotonic() - started
+    return RoundInputs(
+        source.node,
+        source.manufacturer,
+        pods,
+        publisher,
+        summary,
+        seconds,
+        source.holder.current.snapshot,
+        now,
+    )
+
+
+async def run_exporter(
+    source: ExporterSource,
+    exposition: ExpositionHolder,
+    *,
+    period: float,
+    wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> None:
+    """Render a round every period, the first at once; a round never reuses older figures."""
+    next_at = trio.current_time()
+    while True:
+        inputs = await read_inputs(source, wall_clock())
+        exposition.publish(render(compose(inputs).families))
+        next_at = max(next_at + period, trio.current_time())
+        await trio.sleep_until(next_at)
