@@ -92,12 +92,21 @@ MIG_1G_B = "MIG-3b4c5d6e-7f8a-4b9c-8d1e-2f3a4b5c6d7e"
 MIG_3G = "MIG-1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
 
 
-def mig_card() -> Card:
-    """An H100 in MIG mode: a 3g.40gb and two 1g.10gb instances, slots 3–6 empty."""
+def _mig_h100(
+    uuid: str,
+    bus_id: str,
+    three_g: str,
+    one_g: tuple[tuple[str, Steps[int]], ...],
+    procs: tuple[Proc, ...],
+) -> Card:
+    """An H100 in MIG mode with a busy 3g.40gb in slot 0 and 1g.10gb instances after it.
+
+    The 3g.40gb's memory rises when its kernel starts, and board power with it (93 → 223 W).
+    """
     return Card(
-        uuid=MIG_PARENT,
+        uuid=uuid,
         name=H100,
-        bus_id="00000000:1B:00.0",
+        bus_id=bus_id,
         total_bytes=H100_BYTES,
         used_bytes=Steps(((0.0, 14_848 * MIB), (WARM_UP, 18_944 * MIB))),
         util=const(0),
@@ -106,25 +115,31 @@ def mig_card() -> Card:
         cores=16896,
         max_mig_slots=7,
         mig=(
-            Mig(
-                0,
-                MIG_3G,
-                "3g.40gb",
-                40_448 * MIB,
-                Steps(((0.0, 14_336 * MIB), (WARM_UP, 18_432 * MIB))),
+            Mig(0, three_g, "3g.40gb", 40_448 * MIB, THREE_G_USED),
+            *(
+                Mig(slot, mig_uuid, "1g.10gb", 9_856 * MIB, used)
+                for slot, (mig_uuid, used) in enumerate(one_g, start=1)
             ),
-            Mig(1, MIG_1G, "1g.10gb", 9_856 * MIB, const(0)),
-            Mig(2, MIG_1G_B, "1g.10gb", 9_856 * MIB, const(512 * MIB)),
         ),
-        procs=(
-            Proc(
-                6001,
-                Steps(((0.0, 14_336 * MIB), (WARM_UP, 18_432 * MIB))),
-                gpu_instance=0,
-                compute_instance=0,
-            ),
-            Proc(6002, const(512 * MIB), gpu_instance=2, compute_instance=0),
-        ),
+        procs=procs,
+    )
+
+
+THREE_G_USED = Steps(((0.0, 14_336 * MIB), (WARM_UP, 18_432 * MIB)))
+
+
+def _three_g_proc(pid: int) -> Proc:
+    return Proc(pid, THREE_G_USED, gpu_instance=0, compute_instance=0)
+
+
+def mig_card() -> Card:
+    """An H100 in MIG mode: a 3g.40gb and two 1g.10gb instances, slots 3–6 empty."""
+    return _mig_h100(
+        MIG_PARENT,
+        "00000000:1B:00.0",
+        MIG_3G,
+        ((MIG_1G, const(0)), (MIG_1G_B, const(512 * MIB))),
+        (_three_g_proc(6001), Proc(6002, const(512 * MIB), gpu_instance=2, compute_instance=0)),
     )
 
 
@@ -219,35 +234,12 @@ def mixed_card(index: int) -> Card:
 
 def mixed_mig_card() -> Card:
     """Card 3 of the mixed node, in MIG mode: a busy 3g.40gb in slot 0, an idle 1g.10gb in 1."""
-    return Card(
-        uuid=MIXED_MIG_PARENT,
-        name=H100,
-        bus_id="00000000:5D:00.0",
-        total_bytes=H100_BYTES,
-        used_bytes=Steps(((0.0, 14_848 * MIB), (WARM_UP, 18_944 * MIB))),
-        util=const(0),
-        temperature=const(41),
-        power_mw=Steps(((0.0, _mw(93.0)), (WARM_UP, _mw(223.0)))),
-        cores=16896,
-        max_mig_slots=7,
-        mig=(
-            Mig(
-                0,
-                MIXED_MIG_3G,
-                "3g.40gb",
-                40_448 * MIB,
-                Steps(((0.0, 14_336 * MIB), (WARM_UP, 18_432 * MIB))),
-            ),
-            Mig(1, MIXED_MIG_1G, "1g.10gb", 9_856 * MIB, const(0)),
-        ),
-        procs=(
-            Proc(
-                8401,
-                Steps(((0.0, 14_336 * MIB), (WARM_UP, 18_432 * MIB))),
-                gpu_instance=0,
-                compute_instance=0,
-            ),
-        ),
+    return _mig_h100(
+        MIXED_MIG_PARENT,
+        "00000000:5D:00.0",
+        MIXED_MIG_3G,
+        ((MIXED_MIG_1G, const(0)),),
+        (_three_g_proc(8401),),
     )
 
 
