@@ -129,7 +129,8 @@ THREE_G_USED = Steps(((0.0, 14_336 * MIB), (WARM_UP, 18_432 * MIB)))
 
 
 def _three_g_proc(pid: int) -> Proc:
-    return Proc(pid, THREE_G_USED, gpu_instance=0, compute_instance=0)
+    held: Steps[int | None] = Steps(THREE_G_USED.points)
+    return Proc(pid, held, gpu_instance=0, compute_instance=0)
 
 
 def mig_card() -> Card:
