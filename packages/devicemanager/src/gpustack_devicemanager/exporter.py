@@ -22,7 +22,7 @@ from gpustack_core.pods import Pod, is_instance_pod, is_ready, is_terminating, p
 from gpustack_core.sample import instance_sample
 from gpustack_core.snapshot import MonitorSnapshot, is_fresh
 from gpustack_core.usage import DeclaredTotals
-from gpustack_devicemanager.exposition import ExpositionHolder, Family, render
+from gpustack_devicemanager.exposition import ExpositionHolder, Family, Rendered, render
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_kube.client import KubeClient, KubeError
 
@@ -294,6 +294,10 @@ async def read_inputs(source: ExporterSource, now: datetime) -> RoundInputs:
     )
 
 
+def _render_round(inputs: RoundInputs) -> Rendered:
+    return render(compose(inputs).families)
+
+
 async def run_exporter(
     source: ExporterSource,
     exposition: ExpositionHolder,
@@ -305,6 +309,9 @@ async def run_exporter(
     next_at = trio.current_time()
     while True:
         inputs = await read_inputs(source, wall_clock())
-        exposition.publish(render(compose(inputs).families))
+        # Rendering ~10k series takes a few hundred ms: off the loop, so scrapes and probes
+        # keep being answered while a round is built.
+        rendered = await trio.to_thread.run_sync(_render_round, inputs)
+        exposition.publish(rendered)
         next_at = max(next_at + period, trio.current_time())
         await trio.sleep_until(next_at)
