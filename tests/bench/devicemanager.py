@@ -10,8 +10,7 @@ from pathlib import Path
 
 import httpx
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
+from https_bench import serving, time_gets
 from quart import Response
 
 from gpustack_core.allocation import AllocatedAccelerator, Grant
@@ -29,7 +28,6 @@ from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.monitor import card_figures
 from gpustack_devicemanager.server import build_app
 from gpustack_devicemanager.slices import PodGrants, build_section, targets
-from gpustack_devicemanager.tls import self_signed
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.recording import ProcEntry
 from gpustack_vendors.model import CardSample, DeviceProcesses, ProcessRow
@@ -143,34 +141,14 @@ async def _latency(repeat: int) -> None:
     async def static_route() -> Response:
         return Response(static, content_type="application/json")
 
-    cert, key = self_signed(["127.0.0.1"])
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.certfile, config.keyfile = str(cert), str(key)
-    config.accesslog = config.errorlog = None
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(
-            lambda task_status: serve(
-                app, config, shutdown_trigger=stop.wait, task_status=task_status
+    async with serving(app) as url, httpx.AsyncClient(verify=False, trust_env=False) as client:
+        for path in ("/monitor/snapshot", "/static"):
+            samples, body = await time_gets(client, url + path, repeat)
+            print(
+                f"{'GET ' + path + f' ({len(body):,} B, HTTPS)':<52} "
+                f"median {statistics.median(samples) * 1e3:8.2f} ms   "
+                f"p95 {sorted(samples)[int(len(samples) * 0.95)] * 1e3:8.2f} ms"
             )
-        )
-        url = binds[0].replace("http://", "https://")
-        async with httpx.AsyncClient(verify=False, trust_env=False) as client:
-            for path in ("/monitor/snapshot", "/static"):
-                await client.get(url + path)  # warm the connection
-                samples = []
-                for _ in range(repeat):
-                    start = time.perf_counter()
-                    response = await client.get(url + path)
-                    samples.append(time.perf_counter() - start)
-                    assert response.status_code == 200
-                print(
-                    f"{'GET ' + path + f' ({len(response.content):,} B, HTTPS)':<52} "
-                    f"median {statistics.median(samples) * 1e3:8.2f} ms   "
-                    f"p95 {sorted(samples)[int(len(samples) * 0.95)] * 1e3:8.2f} ms"
-                )
-        stop.set()
 
 
 def bench_snapshot_route(repeat: int) -> None:

@@ -9,15 +9,12 @@ The comparison that justifies the design is ``prometheus_client``'s usual shape:
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
+from https_bench import serving, time_gets
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from quart import Response
@@ -32,7 +29,6 @@ from gpustack_devicemanager.exposition import ExpositionHolder, Family, Rendered
 from gpustack_devicemanager.health import Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.server import build_app
-from gpustack_devicemanager.tls import self_signed
 
 PERIOD = 15.0
 INSTANCES = 770
@@ -122,44 +118,26 @@ async def _latency(repeat: int) -> None:
     async def naive_route() -> Response:
         return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
-    with tempfile.TemporaryDirectory() as folder:
-        cert, key = self_signed(["127.0.0.1"], Path(folder))
-        config = Config()
-        config.bind = ["127.0.0.1:0"]
-        config.certfile, config.keyfile = str(cert), str(key)
-        config.accesslog = config.errorlog = None
-        stop = trio.Event()
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(
-                lambda task_status: serve(
-                    app, config, shutdown_trigger=stop.wait, task_status=task_status
-                )
+    async with (
+        serving(app) as url,
+        httpx.AsyncClient(verify=False, trust_env=False, timeout=60) as client,
+    ):
+        bodies = {}
+        for path, what in (
+            ("/metrics", "pre-rendered"),
+            ("/static", "same bytes, constant"),
+            ("/naive", "generate_latest per scrape"),
+        ):
+            samples, body = await time_gets(client, url + path, repeat)
+            median, p95 = _median_p95(samples)
+            bodies[path] = body
+            print(
+                f"{f'GET {path} ({what})':<52} "
+                f"median {median * 1e3:8.2f} ms   p95 {p95 * 1e3:8.2f} ms   "
+                f"({len(body) / 1e6:.2f} MB over HTTPS, n={repeat})"
             )
-            url = binds[0].replace("http://", "https://")
-            async with httpx.AsyncClient(verify=False, trust_env=False, timeout=60) as client:
-                bodies = {}
-                for path, what in (
-                    ("/metrics", "pre-rendered"),
-                    ("/static", "same bytes, constant"),
-                    ("/naive", "generate_latest per scrape"),
-                ):
-                    await client.get(url + path)  # warm the connection and the route
-                    samples = []
-                    for _ in range(repeat):
-                        start = time.perf_counter()
-                        response = await client.get(url + path)
-                        samples.append(time.perf_counter() - start)
-                        assert response.status_code == 200
-                    median, p95 = _median_p95(samples)
-                    bodies[path] = response.content
-                    print(
-                        f"{f'GET {path} ({what})':<52} "
-                        f"median {median * 1e3:8.2f} ms   p95 {p95 * 1e3:8.2f} ms   "
-                        f"({len(response.content) / 1e6:.2f} MB over HTTPS, n={repeat})"
-                    )
-                # The comparison is fair only if all three serve the same exposition.
-                assert bodies["/metrics"] == bodies["/static"] == bodies["/naive"]
-            stop.set()
+        # The comparison is fair only if all three serve the same exposition.
+        assert bodies["/metrics"] == bodies["/static"] == bodies["/naive"]
 
 
 def bench_metrics_route(repeat: int) -> None:
