@@ -70,11 +70,19 @@ class ResourceRequirements(Wire, frozen=True, kw_only=True):
     requests: dict[str, Quantity] = {}
 
 
+class ContainerPort(Wire, frozen=True, kw_only=True):
+    """A declared port; the Device Manager's is found by its name, ``https``."""
+
+    container_port: int
+    name: str = ""
+
+
 class Container(Wire, frozen=True, kw_only=True):
-    """An app, init or ephemeral container: only its name and declared resources matter here."""
+    """An app, init or ephemeral container: its name, declared resources and named ports."""
 
     name: str
     resources: ResourceRequirements = ResourceRequirements()
+    ports: tuple[ContainerPort, ...] | None = None
 
 
 class PodSpec(Wire, frozen=True, kw_only=True):
@@ -300,6 +308,15 @@ def container_ids(pod: Pod) -> dict[str, str]:
         if bare:
             ids[bare] = status.name
     return ids
+
+
+def named_port(pod: Pod, name: str) -> int | None:
+    """The container port called ``name`` in any app container (``https`` on Device Managers)."""
+    for container in pod.spec.containers:
+        for port in container.ports or ():
+            if port.name == name:
+                return port.container_port
+    return None
 
 
 def container_request(pod: Pod, container_name: str, resource: str) -> Fraction | None:

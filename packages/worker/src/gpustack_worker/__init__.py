@@ -1,0 +1,1 @@
+"""gpustack_worker: the aggregated API server and the Instance metrics subresource."""

@@ -1,0 +1,203 @@
+"""``GET …/instances/<name>/metrics``: fetch, then let the core decide (reference §4).
+
+Every figure is computed by ``gpustack_core.sample.instance_sample`` — the exporter's function
+— so the two surfaces agree. This module only fetches: the Instance (uncached), its backing Pod
+(scoped by name, node and part-of UID), usage from the kubelet (through the shared summary
+cache) or metrics.k8s.io, and one snapshot per allocated manufacturer from that manufacturer's
+own Device Manager. Accelerator failures are logged, never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import msgspec
+import trio
+
+from gpustack_core.allocation import Grant
+from gpustack_core.decoding import ContractError
+from gpustack_core.instance_metrics import InstanceMetrics, ObjectMeta
+from gpustack_core.kubelet import usage_from_summary
+from gpustack_core.podmetrics import parse_pod_metrics, usage_from_pod_metrics
+from gpustack_core.pods import (
+    PART_OF_LABEL,
+    Pod,
+    is_ready,
+    is_terminating,
+    named_port,
+    pod_from_object,
+)
+from gpustack_core.sample import instance_sample, pod_grants, pod_started, totals_from_resources
+from gpustack_core.snapshot import MAX_SNAPSHOT_BYTES, MonitorSnapshot, parse_snapshot
+from gpustack_core.usage import PodUsage
+from gpustack_kube.client import ApiError, KubeClient, KubeError
+from gpustack_worker.summaries import SummaryCache
+
+log = logging.getLogger("instance-metrics")
+
+OPERATION_TIMEOUT = 10.0
+DEVICE_MANAGER_PORT = 32443
+INSTANCES = "/apis/worker.gpustack.ai/v1alpha1"
+
+
+class Unavailable(Exception):  # noqa: N818 — it is the HTTP status it becomes
+    """No source could measure a started Instance: 503, naming each source and how it failed."""
+
+
+@dataclass
+class Sources:
+    """What the subresource reads from; the Device Manager transport is a test seam."""
+
+    client: KubeClient
+    summaries: SummaryCache
+    system_namespace: str = "gpustack-system"
+    device_manager_transport: httpx.AsyncBaseTransport | None = None
+
+
+async def instance_metrics(
+    sources: Sources, namespace: str, name: str, now: datetime | None = None
+) -> InstanceMetrics:
+    """The subresource's answer; ``ApiError`` (e.g. 404) passes through, ``Unavailable`` → 503."""
+    with trio.fail_after(OPERATION_TIMEOUT):
+        return await _instance_metrics(sources, namespace, name, now or datetime.now(UTC))
+
+
+async def _instance_metrics(
+    sources: Sources, namespace: str, name: str, now: datetime
+) -> InstanceMetrics:
+    instance = await sources.client.get(f"{INSTANCES}/namespaces/{namespace}/instances/{name}")
+    uid = str(instance.get("metadata", {}).get("uid", ""))
+    resources: Mapping[str, Any] = instance.get("spec", {}).get("resources") or {}
+    fallback = totals_from_resources(resources, what=f"Instance {namespace}/{name}")
+    pod = await _backing_pod(sources.client, namespace, name, uid)
+    usage: PodUsage | None = None
+    snapshots: dict[str, MonitorSnapshot] = {}
+    if pod is not None and pod_started(pod):  # the gate: nothing started → no upstream I/O
+        usage = await _usage(sources, pod)
+        snapshots = await _snapshots(sources, pod)
+    result = instance_sample(pod=pod, fallback=fallback, usage=usage, snapshots=snapshots, now=now)
+    for note in result.notes:
+        log.info("%s/%s: %s", namespace, name, note)
+    return InstanceMetrics.of(ObjectMeta(name=name, namespace=namespace, uid=uid), result.sample)
+
+
+async def _backing_pod(client: KubeClient, namespace: str, name: str, uid: str) -> Pod | None:
+    """Same name and namespace, scheduled, and labelled with *this* Instance's UID."""
+    try:
+        raw = await client.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    pod = pod_from_object(raw)
+    if not pod.spec.node_name or pod.metadata.labels.get(PART_OF_LABEL) != uid:
+        return None  # unscheduled, or a previous incarnation's Pod
+    return pod
+
+
+async def _usage(sources: Sources, pod: Pod) -> PodUsage:
+    """The kubelet first, metrics.k8s.io second; both failing is the one 503."""
+    meta = pod.metadata
+    try:
+        summary = await sources.summaries.get(pod.spec.node_name)
+        usage = usage_from_summary(summary, namespace=meta.namespace, name=meta.name, uid=meta.uid)
+        kubelet = "the kubelet does not know the Pod yet" if usage is None else ""
+    except (KubeError, ContractError, trio.TooSlowError, OSError) as exc:
+        usage, kubelet = None, f"kubelet summary of node {pod.spec.node_name}: {exc}"
+    if usage is not None:
+        return usage
+    try:
+        raw = await sources.client.get(
+            f"/apis/metrics.k8s.io/v1beta1/namespaces/{meta.namespace}/pods/{meta.name}"
+        )
+        metrics = usage_from_pod_metrics(
+            parse_pod_metrics(_json(raw)), pod_created=meta.creation_timestamp
+        )
+        fallback = "" if metrics is not None else "metrics.k8s.io: no usable entry for the Pod"
+    except (KubeError, ContractError) as exc:
+        metrics, fallback = None, f"metrics.k8s.io: {exc}"
+    if metrics is not None:
+        return metrics
+    raise Unavailable(f"no source measured Pod {meta.namespace}/{meta.name}: {kubelet}; {fallback}")
+
+
+def _json(obj: Any) -> bytes:
+    return msgspec.json.encode(obj)
+
+
+async def _snapshots(sources: Sources, pod: Pod) -> dict[str, MonitorSnapshot]:
+    """One snapshot per allocated manufacturer, each from its own Device Manager."""
+    try:
+        held: list[Grant] = pod_grants(pod)
+    except ContractError as exc:
+        log.info("%s", exc)
+        return {}
+    wanted = sorted({g.manufacturer for g in held})
+    if not wanted:
+        return {}
+    try:
+        listed = await sources.client.get(
+            f"/api/v1/namespaces/{sources.system_namespace}/pods",
+            {
+                "labelSelector": "app.kubernetes.io/component=device-manager",
+                "fieldSelector": f"spec.nodeName={pod.spec.node_name}",
+            },
+        )
+    except KubeError as exc:
+        log.info("device managers of node %s unavailable: %s", pod.spec.node_name, exc)
+        return {}
+    managers = [pod_from_object(item) for item in listed.get("items", [])]
+    found: dict[str, MonitorSnapshot] = {}
+    for manufacturer in wanted:
+        target = _device_manager(managers, manufacturer)
+        if target is None:
+            log.info("no Ready %s Device Manager on node %s", manufacturer, pod.spec.node_name)
+            continue
+        try:
+            found[manufacturer] = await _fetch(sources, target)
+        except (httpx.HTTPError, ContractError, ValueError) as exc:
+            log.info("%s snapshot from %s unavailable: %s", manufacturer, target, exc)
+    return found
+
+
+def _device_manager(managers: list[Pod], manufacturer: str) -> str | None:
+    """``https://ip:port`` of a Ready, non-terminating Device Manager of that manufacturer."""
+    for manager in managers:
+        if (
+            manager.metadata.labels.get("gpustack.ai/manufacturer") == manufacturer
+            and is_ready(manager)
+            and not is_terminating(manager)
+            and manager.status.pod_ip
+        ):
+            return f"https://{manager.status.pod_ip}:{_https_port(manager)}"
+    return None
+
+
+def _https_port(pod: Pod) -> int:
+    """The container port named ``https``; the reference's default otherwise."""
+    return named_port(pod, "https") or DEVICE_MANAGER_PORT
+
+
+async def _fetch(sources: Sources, base: str) -> MonitorSnapshot:
+    """GET the snapshot: TLS unverified (self-signed by design), no proxy, 4 MiB at most."""
+    async with (
+        httpx.AsyncClient(
+            verify=False, trust_env=False, timeout=5, transport=sources.device_manager_transport
+        ) as client,
+        client.stream(
+            "GET", f"{base}/monitor/snapshot", headers={"Accept": "application/json"}
+        ) as response,
+    ):
+        if response.status_code != 200:
+            raise ValueError(f"answered {response.status_code}")
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > MAX_SNAPSHOT_BYTES:
+                raise ValueError(f"larger than {MAX_SNAPSHOT_BYTES} bytes")
+    return parse_snapshot(bytes(body))

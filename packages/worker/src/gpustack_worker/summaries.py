@@ -1,0 +1,98 @@
+"""The kubelet summary cache: one read per node, however many Instances are asked about.
+
+A console polling every Instance of a node must cost the kubelet one request per freshness
+bound, not one per Instance. So a node's summary is cached for ``max_age`` (15 s for the
+subresource), failures are never cached (the next caller tries again), and concurrent callers
+for one node share a single in-flight read. That read is *detached*: it runs in the cache's own
+nursery under its own 10 s deadline, so a caller that gives up does not cancel it for the
+others waiting on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from gpustack_core.kubelet import Summary
+
+DEFAULT_MAX_AGE = 15.0
+READ_TIMEOUT = 10.0
+
+Reader = Callable[[str], Awaitable[Summary]]
+"""Reads one node's summary (the node-proxy GET plus parsing); raises on any failure."""
+
+
+@dataclass
+class _Flight:
+    """One read in progress; every caller for the node waits on ``done``."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    summary: Summary | None = None
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class CacheStatistics:
+    """How many reads reached the kubelet, and how many callers the cache answered."""
+
+    reads: int
+    hits: int
+    shared: int
+
+
+class SummaryCache:
+    """Per-node summaries with a freshness bound and single-flight reads."""
+
+    def __init__(
+        self,
+        read: Reader,
+        nursery: trio.Nursery,
+        *,
+        max_age: float = DEFAULT_MAX_AGE,
+        timeout: float = READ_TIMEOUT,
+    ) -> None:
+        self._read = read
+        self._nursery = nursery
+        self._max_age = max_age
+        self._timeout = timeout
+        self._cached: dict[str, tuple[float, Summary]] = {}
+        self._flights: dict[str, _Flight] = {}
+        self._reads = self._hits = self._shared = 0
+
+    async def get(self, node: str) -> Summary:
+        """The node's summary, at most ``max_age`` old; raises what the read raised."""
+        cached = self._cached.get(node)
+        if cached is not None and trio.current_time() - cached[0] <= self._max_age:
+            self._hits += 1
+            return cached[1]
+        flight = self._flights.get(node)
+        if flight is None:
+            flight = _Flight()
+            self._flights[node] = flight
+            self._nursery.start_soon(self._fly, node, flight)
+        else:
+            self._shared += 1
+        await flight.done.wait()
+        if flight.error is not None:
+            raise flight.error
+        assert flight.summary is not None
+        return flight.summary
+
+    async def _fly(self, node: str, flight: _Flight) -> None:
+        self._reads += 1
+        try:
+            with trio.fail_after(self._timeout):
+                flight.summary = await self._read(node)
+        except Exception as exc:  # handed to every waiter; never cached
+            flight.error = exc
+        else:
+            self._cached[node] = (trio.current_time(), flight.summary)
+        finally:
+            del self._flights[node]
+            flight.done.set()
+
+    def statistics(self) -> CacheStatistics:
+        """Counters for the load test and ``/debug``."""
+        return CacheStatistics(self._reads, self._hits, self._shared)

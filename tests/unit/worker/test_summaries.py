@@ -1,0 +1,119 @@
+"""The summary cache: freshness, failures never cached, one in-flight read per node."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from gpustack_core.kubelet import Summary, parse_summary
+from gpustack_worker.summaries import SummaryCache
+
+
+def summary(node: str) -> Summary:
+    return parse_summary(f'{{"node": {{"nodeName": "{node}"}}, "pods": []}}')
+
+
+class Kubelets:
+    """Counts reads per node; can be slow or failing."""
+
+    def __init__(self) -> None:
+        self.reads: dict[str, int] = {}
+        self.delay = 0.5
+        self.fail = False
+
+    async def read(self, node: str) -> Summary:
+        self.reads[node] = self.reads.get(node, 0) + 1
+        await trio.sleep(self.delay)
+        if self.fail:
+            raise ConnectionError(f"{node}: connection refused")
+        return summary(node)
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+async def test_a_thousand_callers_over_ten_nodes_cost_ten_reads(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    kubelets = Kubelets()
+    answered: list[str] = []
+    async with trio.open_nursery() as background:
+        cache = SummaryCache(kubelets.read, background)
+
+        async def ask(node: str) -> None:
+            answered.append((await cache.get(node)).node.node_name)
+
+        async with trio.open_nursery() as callers:
+            for i in range(1000):
+                callers.start_soon(ask, f"node-{i % 10}")
+        background.cancel_scope.cancel()
+    assert kubelets.reads == {f"node-{i}": 1 for i in range(10)}
+    assert sorted(set(answered)) == [f"node-{i}" for i in range(10)]
+    assert len(answered) == 1000
+    assert cache.statistics().reads == 10
+
+
+async def test_fresh_for_max_age_then_read_again(autojump_clock: trio.testing.MockClock) -> None:
+    kubelets = Kubelets()
+    async with trio.open_nursery() as background:
+        cache = SummaryCache(kubelets.read, background, max_age=15)
+        await cache.get("n1")
+        await trio.sleep(14)
+        await cache.get("n1")
+        assert kubelets.reads["n1"] == 1
+        await trio.sleep(2)
+        await cache.get("n1")
+        assert kubelets.reads["n1"] == 2
+        background.cancel_scope.cancel()
+
+
+async def test_failures_are_never_cached(autojump_clock: trio.testing.MockClock) -> None:
+    kubelets = Kubelets()
+    kubelets.fail = True
+    async with trio.open_nursery() as background:
+        cache = SummaryCache(kubelets.read, background)
+        with pytest.raises(ConnectionError, match="connection refused"):
+            await cache.get("n1")
+        kubelets.fail = False
+        assert (await cache.get("n1")).node.node_name == "n1"  # tried again at once
+        assert kubelets.reads["n1"] == 2
+        background.cancel_scope.cancel()
+
+
+async def test_a_caller_giving_up_does_not_cancel_the_shared_read(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    kubelets = Kubelets()
+    kubelets.delay = 5
+    async with trio.open_nursery() as background:
+        cache = SummaryCache(kubelets.read, background)
+        results: list[str] = []
+
+        async def impatient() -> None:
+            with trio.move_on_after(1):
+                await cache.get("n1")
+
+        async def patient() -> None:
+            results.append((await cache.get("n1")).node.node_name)
+
+        async with trio.open_nursery() as callers:
+            callers.start_soon(impatient)
+            callers.start_soon(patient)
+        assert results == ["n1"]
+        assert kubelets.reads == {"n1": 1}
+        background.cancel_scope.cancel()
+
+
+async def test_a_hung_kubelet_read_is_bounded(autojump_clock: trio.testing.MockClock) -> None:
+    kubelets = Kubelets()
+    kubelets.delay = 60
+    async with trio.open_nursery() as background:
+        cache = SummaryCache(kubelets.read, background, timeout=10)
+        start = trio.current_time()
+        with pytest.raises(trio.TooSlowError):
+            await cache.get("n1")
+        assert trio.current_time() - start == pytest.approx(10)
+        background.cancel_scope.cancel()
