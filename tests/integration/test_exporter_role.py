@@ -17,6 +17,7 @@ from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.testing import cluster_standin
 
 POD_LEVEL = "gpustack_instance_cpu_total_millicores"
+ACCELERATORS = "gpustack_instance_accelerator_memory_total_mib"
 
 
 async def families(client: httpx.AsyncClient, running: Running) -> dict[str, set[str]]:
@@ -32,10 +33,15 @@ async def families(client: httpx.AsyncClient, running: Running) -> dict[str, set
 async def wait_for(
     client: httpx.AsyncClient, running: Running, present: bool
 ) -> dict[str, set[str]]:
+    """Poll until a round with the daemon's own accelerators shows the role as expected.
+
+    A round can run before the daemon's first snapshot exists; such a round has no accelerator
+    families yet and says nothing about the role, so it is not an answer.
+    """
     with trio.fail_after(20):
         while True:
             found = await families(client, running)
-            if (POD_LEVEL in found) == present:
+            if ACCELERATORS in found and (POD_LEVEL in found) == present:
                 return found
             await trio.sleep(0.1)
 
@@ -68,9 +74,8 @@ async def test_role_is_held_by_one_and_handed_over(tmp_path: Path) -> None:
                 nvidia = await wait_for(client, daemons["nvidia"], present=False)
                 # "amd" sorts first: it publishes the Pod-level families, nvidia does not.
                 # Each publishes its own accelerators, and only its own.
-                accelerators = "gpustack_instance_accelerator_memory_total_mib"
-                assert amd[accelerators] == {"amd"}
-                assert nvidia[accelerators] == {"nvidia"}
+                assert amd[ACCELERATORS] == {"amd"}
+                assert nvidia[ACCELERATORS] == {"nvidia"}
 
                 [amd_pod] = [
                     p
