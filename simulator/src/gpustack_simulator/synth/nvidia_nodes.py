@@ -44,6 +44,31 @@ def _mw(watts: float) -> int:
     return round(watts * 1000)
 
 
+def _whole_h100(
+    uuid: str,
+    bus_id: str,
+    used: Steps[int],
+    util: Steps[int],
+    temperature: Steps[int],
+    power: Steps[int],
+    procs: tuple[Proc, ...],
+) -> Card:
+    """An H100 80GB HBM3 with MIG supported but disabled, serving whole-card processes."""
+    return Card(
+        uuid=uuid,
+        name=H100,
+        bus_id=bus_id,
+        total_bytes=H100_BYTES,
+        used_bytes=used,
+        util=util,
+        temperature=temperature,
+        power_mw=power,
+        cores=16896,
+        procs=procs,
+        mig=(),
+    )
+
+
 def h100_card(index: int) -> Card:
     """One card of the 8x H100 node; cards 2 and 3 carry the workloads."""
     uuid, bus_id, temperature, idle = H100_NODE[index]
@@ -71,19 +96,7 @@ def h100_card(index: int) -> Card:
         util = const(48)
         power = const(_mw(287.25))
         temp = const(51)
-    return Card(
-        uuid=uuid,
-        name=H100,
-        bus_id=bus_id,
-        total_bytes=H100_BYTES,
-        used_bytes=used,
-        util=util,
-        temperature=temp,
-        power_mw=power,
-        cores=16896,
-        procs=procs,
-        mig=(),
-    )
+    return _whole_h100(uuid, bus_id, used, util, temp, power, procs)
 
 
 MIG_PARENT = "GPU-4f1b2c3d-0e9a-4b8c-9d7e-6a5b4c3d2e1f"
@@ -218,19 +231,7 @@ def mixed_card(index: int) -> Card:
         util = Steps(((0.0, 6), (WARM_UP, 44)))
         power = Steps(((0.0, _mw(idle + 40)), (WARM_UP, _mw(341.75))))
         temp = Steps(((0.0, 40), (WARM_UP, 55)))
-    return Card(
-        uuid=uuid,
-        name=H100,
-        bus_id=bus_id,
-        total_bytes=H100_BYTES,
-        used_bytes=used,
-        util=util,
-        temperature=temp,
-        power_mw=power,
-        cores=16896,
-        procs=procs,
-        mig=(),
-    )
+    return _whole_h100(uuid, bus_id, used, util, temp, power, procs)
 
 
 def mixed_mig_card() -> Card:
