@@ -12,18 +12,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
 
 from gpustack_simulator.recorder import RecordingProxy, assemble, exercise
 from gpustack_simulator.recording import (
     Binding,
     Context,
-    Library,
     ProcEntry,
     Provenance,
     Recording,
 )
-from gpustack_simulator.redact import PID_FIELDS, redact_pids
+from gpustack_simulator.redact import redact_pids, returned_pids
 from gpustack_simulator.replay.pynvml_standin import PynvmlCodec
 from gpustack_vendors.loading import import_quietly
 from gpustack_vendors.nvidia import NvidiaBackend
@@ -49,26 +47,6 @@ def read_proc(pid: int, proc_root: Path = Path("/proc")) -> ProcEntry | None:
     return ProcEntry(cgroup=cgroup, state=state, comm=comm)
 
 
-def _pids(libraries: list[Library]) -> set[int]:
-    found: set[int] = set()
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if key in PID_FIELDS and isinstance(item, int):
-                    found.add(item)
-                else:
-                    walk(item)
-        elif isinstance(value, list | tuple):
-            for item in value:
-                walk(item)
-
-    for library in libraries:
-        for call in library.calls:
-            walk([call.ret, [s.ret for s in call.series]])
-    return found
-
-
 def record_nvidia(
     *,
     samples: int,
@@ -87,7 +65,9 @@ def record_nvidia(
         Binding(module="pynvml", dist="nvidia-ml-py", version=_dist_version("nvidia-ml-py")),
     )
     procs = {
-        str(pid): entry for pid in sorted(_pids([library])) if (entry := read_proc(pid)) is not None
+        str(pid): entry
+        for pid in sorted(returned_pids([library]))
+        if (entry := read_proc(pid)) is not None
     }
     driver = next((c.ret for c in library.calls if c.fn == "nvmlSystemGetDriverVersion"), "")
     names = sorted(

@@ -7,12 +7,12 @@ recorded in the first place.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
 
-from gpustack_simulator.recording import Call, Context, Recording
+from gpustack_simulator.recording import Call, Context, Library, Recording
 
 PID_FIELDS = frozenset({"pid", "process_id", "processId"})
 PID_ARGS: Mapping[str, tuple[int, ...]] = {
@@ -35,6 +35,15 @@ def _collect(value: Any, pids: set[int]) -> None:
             _collect(item, pids)
 
 
+def returned_pids(libraries: Iterable[Library]) -> set[int]:
+    """Every PID a binding returned (in ``pid``/``process_id``/``processId`` fields)."""
+    pids: set[int] = set()
+    for library in libraries:
+        for call in library.calls:
+            _collect([call.ret, [s.ret for s in call.series]], pids)
+    return pids
+
+
 def _rewrite(value: Any, mapping: Mapping[int, int]) -> Any:
     if isinstance(value, dict):
         return {
@@ -48,10 +57,9 @@ def _rewrite(value: Any, mapping: Mapping[int, int]) -> Any:
 
 def redact_pids(recording: Recording) -> Recording:
     """Replace every PID (in results, in PID arguments, in ``context``) consistently."""
-    pids: set[int] = {int(pid) for pid in recording.context.procs}
+    pids = returned_pids(recording.libraries) | {int(pid) for pid in recording.context.procs}
     for library in recording.libraries:
         for call in library.calls:
-            _collect([call.ret, [s.ret for s in call.series]], pids)
             for position in PID_ARGS.get(call.fn, ()):
                 if position < len(call.args) and isinstance(call.args[position], int):
                     pids.add(call.args[position])
