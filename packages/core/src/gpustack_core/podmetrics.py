@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from fractions import Fraction
+from typing import Any
 
-from gpustack_core.decoding import ContractError, decode_json
+from gpustack_core.decoding import ContractError, convert, decode_json
 from gpustack_core.pods import CPU, MEMORY, AwareDatetime, Quantity
 from gpustack_core.quantity import QuantityError, cpu_to_millicores, parse_quantity
 from gpustack_core.units import MIB, ceil_fraction
@@ -56,6 +57,11 @@ class PodMetricsList(Wire, frozen=True, kw_only=True):
 def parse_pod_metrics(data: bytes | str) -> PodMetrics:
     """Decode a ``PodMetrics`` object; a wrong type is a ContractError naming its JSON path."""
     return decode_json(data, PodMetrics, what="PodMetrics")
+
+
+def pod_metrics_from_object(obj: Any) -> PodMetrics:
+    """Build from an already-decoded mapping (a client's JSON dict), without re-encoding it."""
+    return convert(obj, PodMetrics, what="PodMetrics")
 
 
 def parse_pod_metrics_list(data: bytes | str) -> PodMetricsList:

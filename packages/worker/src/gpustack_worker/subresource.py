@@ -16,14 +16,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-import msgspec
 import trio
 
 from gpustack_core.allocation import Grant
 from gpustack_core.decoding import ContractError
 from gpustack_core.instance_metrics import InstanceMetrics, ObjectMeta
 from gpustack_core.kubelet import usage_from_summary
-from gpustack_core.podmetrics import parse_pod_metrics, usage_from_pod_metrics
+from gpustack_core.podmetrics import pod_metrics_from_object, usage_from_pod_metrics
 from gpustack_core.pods import (
     PART_OF_LABEL,
     Pod,
@@ -116,7 +115,7 @@ async def _usage(sources: Sources, pod: Pod) -> PodUsage:
             f"/apis/metrics.k8s.io/v1beta1/namespaces/{meta.namespace}/pods/{meta.name}"
         )
         metrics = usage_from_pod_metrics(
-            parse_pod_metrics(_json(raw)), pod_created=meta.creation_timestamp
+            pod_metrics_from_object(raw), pod_created=meta.creation_timestamp
         )
         fallback = "" if metrics is not None else "metrics.k8s.io: no usable entry for the Pod"
     except (KubeError, ContractError) as exc:
@@ -124,10 +123,6 @@ async def _usage(sources: Sources, pod: Pod) -> PodUsage:
     if metrics is not None:
         return metrics
     raise Unavailable(f"no source measured Pod {meta.namespace}/{meta.name}: {kubelet}; {fallback}")
-
-
-def _json(obj: Any) -> bytes:
-    return msgspec.json.encode(obj)
 
 
 async def _snapshots(sources: Sources, pod: Pod) -> dict[str, MonitorSnapshot]:
