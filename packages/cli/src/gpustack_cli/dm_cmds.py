@@ -13,7 +13,6 @@ import msgspec
 import typer
 import yaml
 
-from gpustack_devicemanager.daemon import ServeOptions
 from gpustack_devicemanager.monitor import TickContext, tick
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.recording import load_recording
@@ -76,8 +75,3 @@ def monitor_once(
         backend.close()
     text: str = yaml.safe_dump(msgspec.to_builtins(snapshot), sort_keys=False)
     return text
-
-
-def serve_options(**values: object) -> ServeOptions:
-    """Build the options record from the command's flags."""
-    return ServeOptions(**values)  # type: ignore[arg-type]

@@ -104,13 +104,13 @@ def dm_serve(
     import trio
 
     from gpustack_cli import logs
-    from gpustack_cli.dm_cmds import default_node_name, open_for, parse_duration, serve_options
-    from gpustack_devicemanager.daemon import serve_until_signalled
+    from gpustack_cli.dm_cmds import default_node_name, open_for, parse_duration
+    from gpustack_devicemanager.daemon import ServeOptions, serve_until_signalled
 
     logs.configure(log_level, json_logs=log_json)
     period = parse_duration(monitor_period)
     vendor, backend, root = open_for(manufacturer, simulate, proc_root)
-    options = serve_options(
+    options = ServeOptions(
         manufacturer=vendor,
         node_name=node_name or default_node_name(),
         monitor_period=period,
