@@ -14,7 +14,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from quart_trio import QuartTrio
 
-from gpustack_devicemanager.tls import self_signed
+from gpustack_kube.certs import self_signed
 
 
 @asynccontextmanager

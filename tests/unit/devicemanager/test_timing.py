@@ -17,7 +17,8 @@ import trustme
 from gpustack_devicemanager.health import STALE_PERIODS, Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.monitor import TickContext, run_monitor
-from gpustack_devicemanager.tls import CertReloader, ReloadableConfig
+from gpustack_devicemanager.tls import ReloadableConfig
+from gpustack_kube.certs import CertReloader
 from gpustack_vendors.model import CardSample, Detection
 
 PERIOD = 15.0
@@ -174,7 +175,7 @@ async def test_cert_dir_is_hot_reloaded(
     config = ReloadableConfig()
     config.certfile, config.keyfile = str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")
     config.create_ssl_context()
-    reloader = CertReloader(config, tmp_path / "tls.crt", tmp_path / "tls.key", interval=10)
+    reloader = CertReloader(config.load, tmp_path / "tls.crt", tmp_path / "tls.key", interval=10)
     assert await _handshake_trusts(config, first)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(reloader.run)

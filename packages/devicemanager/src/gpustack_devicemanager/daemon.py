@@ -24,7 +24,8 @@ from gpustack_devicemanager.health import Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.monitor import TickContext, run_monitor
 from gpustack_devicemanager.server import build_app
-from gpustack_devicemanager.tls import CertReloader, ReloadableConfig, self_signed
+from gpustack_devicemanager.tls import ReloadableConfig
+from gpustack_kube.certs import CERT_FILE, KEY_FILE, CertReloader, self_signed
 from gpustack_kube.client import KubeClient
 from gpustack_kube.config import KubeConfig, load_config
 from gpustack_kube.informer import Informer
@@ -88,9 +89,9 @@ async def serve(
     shutdown = trio.Event()
 
     cert, key = (
-        (options.cert_dir / "tls.crt", options.cert_dir / "tls.key")
+        (options.cert_dir / CERT_FILE, options.cert_dir / KEY_FILE)
         if options.cert_dir is not None
-        else self_signed(_hosts(options))
+        else self_signed(_hosts(options), organization="gpustack device-manager")
     )
     config = ReloadableConfig()
     config.bind = [f"{options.bind_address}:{options.secure_port}"]
@@ -100,7 +101,7 @@ async def serve(
     # Hypercorn's own messages go through our logging (and its JSON format), not a 2nd handler.
     config.errorlog = logging.getLogger("gpustack.devicemanager.http")
     config.graceful_timeout = 2.0
-    reloader = CertReloader(config, cert, key)
+    reloader = CertReloader(config.load, cert, key)
 
     async with trio.open_nursery() as nursery:
         client: KubeClient | None = None

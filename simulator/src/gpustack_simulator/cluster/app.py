@@ -19,6 +19,7 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from gpustack_core.status import StatusError, no_route, not_found
 from gpustack_simulator.cluster import discovery, protobuf
 from gpustack_simulator.cluster.selectors import SelectorError, field_selector, label_selector
 from gpustack_simulator.cluster.state import (
@@ -30,7 +31,6 @@ from gpustack_simulator.cluster.state import (
     SYSTEM_NAMESPACE,
     ClusterState,
 )
-from gpustack_simulator.cluster.status import StatusError, no_route, not_found
 from gpustack_simulator.cluster.store import TooOld, matches
 from gpustack_simulator.scenario import UserSpec
 

@@ -1,4 +1,4 @@
-"""Kubernetes ``Status`` objects: how every error leaves the stand-in, as an API server's do."""
+"""Kubernetes ``Status`` objects: how every error leaves an API server (worker and stand-in)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ REASONS = {
     404: "NotFound",
     405: "MethodNotAllowed",
     410: "Expired",
+    429: "TooManyRequests",
+    500: "InternalError",
+    504: "Timeout",
     503: "ServiceUnavailable",
 }
 
