@@ -16,6 +16,7 @@ from pathlib import Path
 
 from devicemanager import bench_monitor_pass, bench_snapshot_route
 from metrics import bench_metrics_route
+from worker import bench_worker_routes
 
 from gpustack_core.kubelet import parse_summary, usage_from_summary
 from gpustack_core.pods import parse_pod
@@ -136,6 +137,7 @@ def main() -> None:
     bench_monitor_pass(max(3, args.repeat // 10))
     bench_snapshot_route(max(50, args.repeat * 4))
     bench_metrics_route(max(20, args.repeat // 2))
+    bench_worker_routes(max(50, args.repeat * 2))
 
     if CORPUS.is_dir():
         largest = max(CORPUS.glob("*.json"), key=lambda p: p.stat().st_size)

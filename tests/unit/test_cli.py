@@ -53,11 +53,38 @@ def test_version() -> None:
     assert re.fullmatch(r"gpustack-operator \d+\.\d+\.\d+\n", result.output)
 
 
-@pytest.mark.parametrize("path", [["worker"]])
-def test_unbuilt_commands_say_so_and_fail(path: list[str]) -> None:
-    result = runner.invoke(app, path)
-    assert result.exit_code == 2
-    assert "not available in this release yet" in result.output
+def test_worker_without_a_cluster_says_what_is_missing(tmp_path: Path) -> None:
+    env = {"KUBECONFIG": "", "KUBERNETES_SERVICE_HOST": ""}
+    result = runner.invoke(app, ["worker", "--secure-port", "0"], env=env)
+    assert result.exit_code == 1
+    assert "no Kubernetes configuration" in result.output
+    missing = tmp_path / "absent.yaml"
+    result = runner.invoke(app, ["worker", "--kubeconfig", str(missing)], env=env)
+    assert result.exit_code == 1
+    assert str(missing) in result.output
+
+
+def test_worker_refuses_to_start_without_a_front_proxy_ca(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    result = runner.invoke(
+        app,
+        ["worker", "--kubeconfig", str(kubeconfig), "--authentication-skip-lookup"],
+    )
+    assert result.exit_code == 1
+    assert "no requestheader client CA" in result.output
+    assert "--requestheader-client-ca-file" in result.output
 
 
 def test_demo_prints_the_tables_and_an_object() -> None:

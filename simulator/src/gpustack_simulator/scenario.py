@@ -1595,7 +1595,7 @@ class _Expander:
             "stop": instance.stop,
         }
         if instance.instance_type:
-            spec["instanceTypeName"] = instance.instance_type
+            spec["type"] = instance.instance_type
         return {
             "apiVersion": INSTANCE_API_VERSION,
             "kind": "Instance",

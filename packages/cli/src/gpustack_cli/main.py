@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from importlib.metadata import version as package_version
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -37,6 +37,9 @@ def _version(value: bool) -> None:
         raise typer.Exit
 
 
+E = TypeVar("E", bound=BaseException)
+
+
 @app.callback()
 def _root(
     version: Annotated[
@@ -45,11 +48,6 @@ def _root(
     ] = False,
 ) -> None:
     """Instance utilization for GPU clusters: Device Manager, worker API and simulator."""
-
-
-def _not_yet(command: str) -> NoReturn:
-    typer.echo(f"gpustack-operator {command}: not available in this release yet", err=True)
-    raise typer.Exit(code=2)
 
 
 @app.command()
@@ -67,10 +65,94 @@ def demo(
     run_demo(as_json=as_json)
 
 
+def _csv(value: str | None) -> list[str] | None:
+    """A comma-separated flag; ``None`` (not given) stays distinct from an empty list."""
+    if value is None:
+        return None
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
 @app.command()
-def worker() -> None:
+def worker(
+    secure_port: Annotated[int, typer.Option(min=0, max=65535, help="HTTPS port.")] = 31443,
+    bind_address: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    cert_dir: Annotated[
+        Path | None, typer.Option(help="tls.crt/tls.key, hot-reloaded (default: self-signed).")
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG, else in-cluster).")
+    ] = None,
+    context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
+    system_namespace: Annotated[
+        str, typer.Option(help="Namespace of the Device Manager Pods.")
+    ] = "gpustack-system",
+    requestheader_client_ca_file: Annotated[
+        Path | None,
+        typer.Option(help="Front-proxy CA (default: from extension-apiserver-authentication)."),
+    ] = None,
+    requestheader_allowed_names: Annotated[
+        str | None, typer.Option(help="Allowed front-proxy CNs, comma-separated (empty: any).")
+    ] = None,
+    requestheader_username_headers: Annotated[
+        str | None, typer.Option(help="User headers, comma-separated (X-Remote-User).")
+    ] = None,
+    requestheader_group_headers: Annotated[
+        str | None, typer.Option(help="Group headers, comma-separated (X-Remote-Group).")
+    ] = None,
+    requestheader_extra_headers_prefix: Annotated[
+        str | None, typer.Option(help="Extra header prefixes, comma-separated (X-Remote-Extra-).")
+    ] = None,
+    client_ca_file: Annotated[
+        Path | None, typer.Option(help="CA of direct client certificates (default: ConfigMap).")
+    ] = None,
+    authentication_skip_lookup: Annotated[
+        bool, typer.Option(help="Do not read extension-apiserver-authentication; flags only.")
+    ] = False,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_json: Annotated[bool, typer.Option(help="Log JSON lines.")] = False,
+) -> None:
     """Serve the worker.gpustack.ai/v1 aggregated API (instances and instances/metrics)."""
-    _not_yet("worker")
+    import trio
+
+    from gpustack_cli import logs
+    from gpustack_worker.daemon import StartupError, WorkerOptions, serve_until_signalled
+
+    logs.configure(log_level, json_logs=log_json)
+    options = WorkerOptions(
+        secure_port=secure_port,
+        bind_address=bind_address,
+        cert_dir=cert_dir,
+        kubeconfig=kubeconfig,
+        kube_context=context,
+        system_namespace=system_namespace,
+        requestheader_client_ca_file=requestheader_client_ca_file,
+        requestheader_allowed_names=_csv(requestheader_allowed_names),
+        requestheader_username_headers=_csv(requestheader_username_headers),
+        requestheader_group_headers=_csv(requestheader_group_headers),
+        requestheader_extra_headers_prefix=_csv(requestheader_extra_headers_prefix),
+        client_ca_file=client_ca_file,
+        authentication_skip_lookup=authentication_skip_lookup,
+    )
+    try:
+        trio.run(serve_until_signalled, options)
+    except (StartupError, BaseExceptionGroup) as exc:
+        found = _first(exc, StartupError)
+        if found is None:
+            raise
+        typer.echo(f"gpustack-operator worker: {found}", err=True)
+        raise typer.Exit(code=1) from exc
+
+
+def _first(error: BaseException, kind: type[E]) -> E | None:
+    """The first ``kind`` in ``error`` or the exception groups trio wrapped it in."""
+    if isinstance(error, kind):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _first(inner, kind)
+            if found is not None:
+                return found
+    return None
 
 
 @device_manager.command("serve")

@@ -24,6 +24,8 @@ class ClusterPKI:
     server: Path
     """Key and certificate chain in one PEM, as hypercorn accepts."""
     front_proxy_ca: Path
+    front_proxy_ca_key: Path
+    """The front-proxy CA's key, as kubeadm keeps it: tests mint client certs it signs."""
     front_proxy_client: Path
     """Key and certificate of the aggregator's client identity."""
 
@@ -39,12 +41,14 @@ class ClusterPKI:
             ca=directory / "ca.crt",
             server=directory / "server.pem",
             front_proxy_ca=directory / "front-proxy-ca.crt",
+            front_proxy_ca_key=directory / "front-proxy-ca.key",
             front_proxy_client=directory / "front-proxy-client.pem",
         )
         serving.cert_pem.write_to_path(str(pki.ca))
         server.private_key_and_cert_chain_pem.write_to_path(str(pki.server))
         front.cert_pem.write_to_path(str(pki.front_proxy_ca))
+        front.private_key_pem.write_to_path(str(pki.front_proxy_ca_key))
         client.private_key_and_cert_chain_pem.write_to_path(str(pki.front_proxy_client))
-        for path in (pki.server, pki.front_proxy_client):
+        for path in (pki.server, pki.front_proxy_client, pki.front_proxy_ca_key):
             path.chmod(0o600)
         return pki

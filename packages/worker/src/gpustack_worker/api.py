@@ -1,0 +1,291 @@
+"""The aggregated API's HTTP surface: ``worker.gpustack.ai/v1`` as the kube-aggregator sees it.
+
+Every request but the health probes is authenticated (front-proxy, client certificate or bearer
+token — :mod:`gpustack_worker.authn`); resource requests are then authorized by a
+SubjectAccessReview for exactly what was asked (``get instances/metrics`` is its own
+permission). Discovery and OpenAPI need only an authenticated caller, as the cluster's
+``system:discovery`` role grants every authenticated user. Every error leaves as a Kubernetes
+``Status`` object with the code an API server would use.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from gpustack_core.status import StatusError, no_route
+from gpustack_kube.client import ApiError, KubeError
+from gpustack_worker import discovery, openapi
+from gpustack_worker.authn import Authenticator, Unauthenticated, UserInfo
+from gpustack_worker.authz import Attributes, AuthorizationError, Authorizer, forbidden_message
+from gpustack_worker.subresource import INSTANCES, Sources, Unavailable, instance_metrics
+from gpustack_worker.tls import presented_chain
+
+log = logging.getLogger("gpustack.worker.api")
+access = logging.getLogger("gpustack.worker.access")
+
+JSON = "application/json"
+GROUP = discovery.GROUP
+V1 = f"/apis/{GROUP}/v1"
+HEALTH_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
+LIST_PARAMS = ("labelSelector", "fieldSelector", "limit", "continue", "resourceVersion")
+
+
+@dataclass
+class Surface:
+    """What the routes need; the daemon builds it, tests may build it directly."""
+
+    sources: Sources
+    authenticator: Callable[[], Authenticator]
+    """The current authenticator: the requestheader settings are re-read while serving."""
+    authorizer: Authorizer
+    ready: Callable[[], str | None] = lambda: None
+    """``None`` when ready, else why not (for ``/readyz``)."""
+    requests: dict[int, int] = field(default_factory=dict)
+    """Answers by status code, for ``/debug`` and tests."""
+
+
+def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    data = body if isinstance(body, bytes) else msgspec.json.encode(body)
+    return Response(data, status=status, content_type=JSON, headers=dict(headers or {}))
+
+
+def _status(error: StatusError) -> Response:
+    return Response(error.body(), status=error.code, content_type=JSON)
+
+
+Handler = Callable[..., Awaitable[Response]]
+
+
+def build_app(surface: Surface) -> QuartTrio:
+    """The Quart app; one catch-all route dispatching on the raw path, as an API server does."""
+    app = QuartTrio(__name__)
+    app.config["RESPONSE_TIMEOUT"] = 30
+    app.config["BODY_TIMEOUT"] = 10
+    app.config["MAX_CONTENT_LENGTH"] = 1 << 20
+    routes = _Routes(surface)
+
+    @app.route("/", defaults={"path": ""}, methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    @app.route("/<path:path>", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    async def dispatch(path: str) -> Response:
+        started = time.perf_counter()
+        user = "-"
+        try:
+            response, user = await routes.dispatch("/" + path)
+        except StatusError as error:
+            response = _status(error)
+        surface.requests[response.status_code] = surface.requests.get(response.status_code, 0) + 1
+        access.info(
+            "%s %s %d %s %.1fms",
+            request.method,
+            request.full_path.rstrip("?"),
+            response.status_code,
+            user,
+            (time.perf_counter() - started) * 1000,
+        )
+        return response
+
+    return app
+
+
+class _Routes:
+    def __init__(self, surface: Surface) -> None:
+        self.surface = surface
+
+    async def dispatch(self, path: str) -> tuple[Response, str]:
+        path = path.rstrip("/") or "/"
+        if path in HEALTH_PATHS:
+            return self.health(path), "-"
+        user = await self.authenticate()
+        if request.method != "GET":
+            raise StatusError(
+                405,
+                f"the server does not allow this method on the requested resource "
+                f"({request.method})",
+            )
+        return await self.route(path, user), user.name
+
+    # -- health -----------------------------------------------------------------------------
+
+    def health(self, path: str) -> Response:
+        problem = self.surface.ready() if path == "/readyz" else None
+        if problem is not None:
+            return Response(f"[-]{problem}\nreadyz check failed\n", status=500)
+        return Response("ok", status=200, content_type="text/plain; charset=utf-8")
+
+    # -- authentication and authorization ---------------------------------------------------
+
+    async def authenticate(self) -> UserInfo:
+        try:
+            return await self.surface.authenticator().authenticate(
+                presented_chain(request.scope), list(request.headers.items())
+            )
+        except Unauthenticated as exc:
+            log.info("401 for %s %s: %s", request.method, request.path, exc)
+            raise StatusError(401, "Unauthorized") from exc
+
+    async def authorize(self, user: UserInfo, attributes: Attributes) -> None:
+        try:
+            decision = await self.surface.authorizer.authorize(user, attributes)
+        except AuthorizationError as exc:
+            log.warning("authorization of %s failed: %s", user.name, exc)
+            raise StatusError(500, f"Internal error occurred: {exc}") from exc
+        if not decision.allowed:
+            raise StatusError(
+                403,
+                forbidden_message(user, attributes),
+                kind=attributes.resource
+                + (f"/{attributes.subresource}" if attributes.subresource else ""),
+                name=attributes.name,
+                group=attributes.group,
+            )
+
+    # -- routing ----------------------------------------------------------------------------
+
+    async def route(self, path: str, user: UserInfo) -> Response:
+        if path == "/apis":
+            return _group_list()
+        static = STATIC.get(path)
+        if static is not None:
+            return static()
+        if not path.startswith(V1 + "/"):
+            raise no_route()
+        parts = path[len(V1) + 1 :].split("/")
+        match parts:
+            case ["instances"]:
+                return await self.instances(user, None, None)
+            case ["namespaces", namespace, "instances"]:
+                return await self.instances(user, namespace, None)
+            case ["namespaces", namespace, "instances", name]:
+                return await self.instances(user, namespace, name)
+            case ["namespaces", namespace, "instances", name, "metrics"]:
+                return await self.metrics(user, namespace, name)
+        raise no_route()
+
+    # -- Instances: proxied to the CRD ------------------------------------------------------
+
+    async def instances(self, user: UserInfo, namespace: str | None, name: str | None) -> Response:
+        verb = "get" if name is not None else "list"
+        if request.args.get("watch", "").lower() in {"1", "true"}:
+            raise StatusError(405, "watch is not supported on instances of worker.gpustack.ai/v1")
+        await self.authorize(
+            user,
+            Attributes(
+                verb=verb,
+                group=GROUP,
+                resource="instances",
+                namespace=namespace or "",
+                name=name or "",
+            ),
+        )
+        path = INSTANCES
+        if namespace is not None:
+            path += f"/namespaces/{namespace}"
+        path += "/instances" + (f"/{name}" if name is not None else "")
+        params = {k: request.args[k] for k in LIST_PARAMS if k in request.args and name is None}
+        try:
+            stored = await self.surface.sources.client.get(path, params)
+        except ApiError as exc:
+            return _upstream_error(exc)
+        except KubeError as exc:
+            raise StatusError(503, f"the Instance store is unavailable: {exc}") from exc
+        return _json(_as_v1(stored))
+
+    # -- the subresource --------------------------------------------------------------------
+
+    async def metrics(self, user: UserInfo, namespace: str, name: str) -> Response:
+        await self.authorize(
+            user,
+            Attributes(
+                verb="get",
+                group=GROUP,
+                resource="instances",
+                subresource="metrics",
+                namespace=namespace,
+                name=name,
+            ),
+        )
+        try:
+            body = await instance_metrics(self.surface.sources, namespace, name)
+        except ApiError as exc:
+            return _upstream_error(exc)
+        except Unavailable as exc:
+            raise StatusError(503, str(exc)) from exc
+        except trio.TooSlowError as exc:
+            raise StatusError(
+                504, f"the metrics of Instance {namespace}/{name} took longer than 10s"
+            ) from exc
+        except KubeError as exc:
+            raise StatusError(503, f"reading Instance {namespace}/{name} failed: {exc}") from exc
+        return _json(body)
+
+
+def _group_list() -> Response:
+    """``/apis``: aggregated discovery v2 (or 1.27's v2beta1) when asked, else the legacy list."""
+    version = discovery.aggregated_discovery_version(request.headers.get("Accept", ""))
+    if version is not None:
+        response = Response(
+            msgspec.json.encode(discovery.aggregated_discovery(version)),
+            content_type=discovery.aggregated_content_type(version),
+        )
+    else:
+        response = _json(discovery.api_group_list())
+    response.headers["Vary"] = "Accept"
+    return response
+
+
+def _v3_group() -> Response:
+    response = _document(openapi.openapi_v3_group_bytes())
+    if request.args.get("hash") == openapi.v3_group_hash():
+        response.headers["Cache-Control"] = "public, immutable"
+    return response
+
+
+STATIC: dict[str, Callable[[], Response]] = {
+    f"/apis/{GROUP}": lambda: _json(discovery.api_group()),
+    V1: lambda: _json(discovery.api_resource_list()),
+    "/openapi/v2": lambda: _document(openapi.openapi_v2_bytes()),
+    "/openapi/v3": lambda: _document(openapi.openapi_v3_index_bytes()),
+    f"/openapi/v3/apis/{GROUP}/v1": _v3_group,
+}
+"""Documents that depend on nothing but the build: any authenticated caller may read them."""
+
+
+def _document(body: bytes) -> Response:
+    """A static document with its ETag; the aggregator re-downloads only when it changes."""
+    tag = openapi.etag(body)
+    if tag in request.headers.get("If-None-Match", ""):
+        return Response(b"", status=304, headers={"ETag": tag})
+    return _json(body, headers={"ETag": tag})
+
+
+def _upstream_error(error: ApiError) -> Response:
+    """The store's own ``Status`` passes through (404 stays 404, with its message)."""
+    if error.body.startswith(b"{"):
+        return Response(error.body, status=error.status, content_type=JSON)
+    return _status(StatusError(error.status, error.message or error.reason))
+
+
+def _as_v1(stored: dict[str, Any]) -> dict[str, Any]:
+    """The CRD's objects as ``worker.gpustack.ai/v1`` (same schema, served version)."""
+    converted = dict(stored)
+    if "apiVersion" in converted:
+        converted["apiVersion"] = f"{GROUP}/v1"
+    if isinstance(converted.get("items"), list):
+        converted["kind"] = "InstanceList"
+        converted["apiVersion"] = f"{GROUP}/v1"
+        converted["items"] = [
+            {**item, "apiVersion": f"{GROUP}/v1", "kind": "Instance"}
+            if isinstance(item, dict)
+            else item
+            for item in converted["items"]
+        ]
+    return converted

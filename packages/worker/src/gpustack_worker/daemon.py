@@ -1,0 +1,303 @@
+"""``gpustack-operator worker``: one nursery owns the secure port, the caches and the reloads.
+
+The requestheader settings (who may assert an identity in ``X-Remote-User``) come from
+``kube-system/extension-apiserver-authentication``, where the kube-apiserver publishes them;
+flags override them field by field. They are re-read every minute, as a kube aggregated server
+does, so a rotated front-proxy CA reaches the worker without a restart; a read that fails keeps
+the settings in force. Without any requestheader CA the worker refuses to start: it could never
+authenticate the aggregator, and serving every request a 401 would look like an RBAC problem.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+from hypercorn.config import Config
+
+from gpustack_core.kubelet import Summary, parse_summary
+from gpustack_kube.certs import CA_FILE, CERT_FILE, KEY_FILE, CertReloader, self_signed
+from gpustack_kube.client import KubeClient, KubeError
+from gpustack_kube.config import KubeConfig, KubeConfigError, load_config
+from gpustack_worker.api import Surface, build_app
+from gpustack_worker.authn import (
+    AuthenticationSettings,
+    Authenticator,
+    ConfigurationError,
+    UserInfo,
+    settings_from_configmap,
+    with_overrides,
+)
+from gpustack_worker.authz import Authorizer
+from gpustack_worker.subresource import Sources
+from gpustack_worker.summaries import SummaryCache
+from gpustack_worker.tls import ContextHolder, bind, serve_tls, server_context
+
+log = logging.getLogger("gpustack.worker")
+
+AUTH_CONFIGMAP = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
+SETTINGS_REFRESH = 60.0
+SUMMARY_LIMIT = 32 << 20
+"""A node's summary is read this far at most (10k Pods ≈ 25 MB)."""
+TOKEN_CACHE_SECONDS = 10.0
+
+
+class StartupError(Exception):
+    """The worker cannot serve as configured; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """The flags of ``gpustack-operator worker``."""
+
+    secure_port: int = 31443
+    bind_address: str = "0.0.0.0"
+    cert_dir: Path | None = None
+    kubeconfig: Path | None = None
+    kube_context: str | None = None
+    system_namespace: str = "gpustack-system"
+    """Where the Device Manager Pods run."""
+    requestheader_client_ca_file: Path | None = None
+    requestheader_allowed_names: Sequence[str] | None = None
+    requestheader_username_headers: Sequence[str] | None = None
+    requestheader_group_headers: Sequence[str] | None = None
+    requestheader_extra_headers_prefix: Sequence[str] | None = None
+    client_ca_file: Path | None = None
+    authentication_skip_lookup: bool = False
+    """Do not read the ConfigMap: flags only (a worker without RBAC to read it)."""
+    hosts: Sequence[str] = field(default_factory=lambda: ("localhost", "127.0.0.1"))
+
+
+@dataclass
+class Running:
+    """What a caller (a test, ``simulator up``) learns once the worker listens."""
+
+    urls: list[str]
+    shutdown: trio.Event
+    surface: Surface
+    summaries: SummaryCache
+    certificate: Path
+    """What verifies the serving certificate — the ``caBundle`` to pin: the self-signed one's
+    CA, or ``--cert-dir``'s ``ca.crt`` (the certificate itself when there is none)."""
+
+
+def _read(path: Path | None, flag: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise StartupError(f"{flag} {path}: {exc.strerror or exc}") from exc
+
+
+class SettingsSource:
+    """The ConfigMap's settings with the flags laid over them; keeps the last good ones."""
+
+    def __init__(self, options: WorkerOptions, client: KubeClient) -> None:
+        self.options = options
+        self.client = client
+        self.current: AuthenticationSettings | None = None
+        self.error: str | None = None
+
+    def _overlay(self, base: AuthenticationSettings) -> AuthenticationSettings:
+        o = self.options
+        return with_overrides(
+            base,
+            requestheader_client_ca=_read(
+                o.requestheader_client_ca_file, "--requestheader-client-ca-file"
+            ),
+            allowed_names=o.requestheader_allowed_names,
+            username_headers=o.requestheader_username_headers,
+            group_headers=o.requestheader_group_headers,
+            extra_prefixes=o.requestheader_extra_headers_prefix,
+            client_ca=_read(o.client_ca_file, "--client-ca-file"),
+        )
+
+    async def refresh(self) -> AuthenticationSettings:
+        """Read (unless skipped) and overlay; raises ``StartupError`` if unusable."""
+        base = AuthenticationSettings(requestheader=None, client_ca=None)
+        if not self.options.authentication_skip_lookup:
+            try:
+                base = settings_from_configmap(await self.client.get(AUTH_CONFIGMAP))
+            except (KubeError, ConfigurationError) as exc:
+                raise StartupError(
+                    f"reading kube-system/extension-apiserver-authentication: {exc}"
+                ) from exc
+        try:
+            settings = self._overlay(base)
+        except ConfigurationError as exc:
+            raise StartupError(str(exc)) from exc
+        if settings.requestheader is None:
+            raise StartupError(
+                "no requestheader client CA: the ConfigMap kube-system/extension-apiserver-"
+                "authentication has no requestheader-client-ca-file and "
+                "--requestheader-client-ca-file was not given, so the aggregator could never "
+                "be authenticated"
+            )
+        self.current, self.error = settings, None
+        return settings
+
+    async def run(self, on_change: Any) -> None:
+        """Re-read every minute; a failed read keeps the settings in force."""
+        while True:
+            await trio.sleep(SETTINGS_REFRESH)
+            try:
+                before = self.current
+                settings = await self.refresh()
+            except StartupError as exc:
+                self.error = str(exc)
+                log.warning("keeping the current authentication settings: %s", exc)
+                continue
+            if settings != before:
+                log.info("authentication settings changed; new requests use them")
+                on_change(settings)
+
+
+def token_reviewer(client: KubeClient) -> Any:
+    """Bearer tokens checked by TokenReview, answers cached briefly (as the apiserver's)."""
+    cache: dict[str, tuple[float, UserInfo | None]] = {}
+
+    async def review(token: str) -> UserInfo | None:
+        now = trio.current_time()
+        hit = cache.get(token)
+        if hit is not None and now - hit[0] < TOKEN_CACHE_SECONDS:
+            return hit[1]
+        answer = await client.post(
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenReview",
+                "spec": {"token": token},
+            },
+        )
+        status = answer.get("status") or {}
+        user: UserInfo | None = None
+        if status.get("authenticated") is True:
+            info = status.get("user") or {}
+            user = UserInfo(
+                name=str(info.get("username", "")),
+                uid=str(info.get("uid", "")),
+                groups=tuple(str(g) for g in info.get("groups") or ()),
+                extra={
+                    str(k): tuple(str(x) for x in v) for k, v in (info.get("extra") or {}).items()
+                },
+            )
+        if len(cache) > 4096:
+            cache.clear()
+        cache[token] = (now, user)
+        return user
+
+    return review
+
+
+def _hosts(options: WorkerOptions) -> list[str]:
+    hosts = [*options.hosts, socket.gethostname()]
+    if options.bind_address not in {"0.0.0.0", "::"}:
+        hosts.append(options.bind_address)
+    return list(dict.fromkeys(h for h in hosts if h))
+
+
+async def serve(
+    options: WorkerOptions,
+    *,
+    kube: KubeConfig | None = None,
+    task_status: trio.TaskStatus[Running] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run until ``Running.shutdown`` is set; ``StartupError`` if it cannot serve."""
+    if kube is None:
+        try:
+            kube = load_config(options.kubeconfig, context=options.kube_context)
+        except KubeConfigError as exc:
+            raise StartupError(str(exc)) from exc
+    if kube is None:
+        raise StartupError(
+            "no Kubernetes configuration: not in a cluster, no --kubeconfig, no KUBECONFIG; "
+            "the worker reads everything it serves from the API server"
+        )
+    cert, key = (
+        (options.cert_dir / CERT_FILE, options.cert_dir / KEY_FILE)
+        if options.cert_dir is not None
+        else self_signed(_hosts(options), organization="gpustack worker")
+    )
+    try:
+        holder = ContextHolder(server_context(cert, key))
+    except Exception as exc:  # pyOpenSSL's errors name the OpenSSL failure
+        raise StartupError(f"serving certificate {cert} / {key} does not load: {exc}") from exc
+
+    def reload(new_cert: Path, new_key: Path) -> None:
+        holder.current = server_context(new_cert, new_key)
+
+    reloader = CertReloader(reload, cert, key)
+    config = Config()
+    config.accesslog = None
+    config.errorlog = logging.getLogger("gpustack.worker.http")
+    config.graceful_timeout = 2.0
+    shutdown = trio.Event()
+
+    async with KubeClient(kube) as client, trio.open_nursery() as nursery:
+        settings = SettingsSource(options, client)
+        authenticator = Authenticator(await settings.refresh(), token_reviewer(client))
+        try:
+            sock = bind(options.bind_address, options.secure_port)
+        except OSError as exc:
+            raise StartupError(
+                f"cannot listen on {options.bind_address}:{options.secure_port}: {exc}"
+            ) from exc
+
+        def replace(new: AuthenticationSettings) -> None:
+            nonlocal authenticator
+            authenticator = Authenticator(new, token_reviewer(client))
+
+        async def read_summary(node: str) -> Summary:
+            body = await client.get_bytes(
+                f"/api/v1/nodes/{node}/proxy/stats/summary", limit=SUMMARY_LIMIT
+            )
+            return parse_summary(body)
+
+        try:
+            summaries = SummaryCache(read_summary, nursery)
+            surface = Surface(
+                sources=Sources(client, summaries, system_namespace=options.system_namespace),
+                authenticator=lambda: authenticator,
+                authorizer=Authorizer(client.post, nursery=nursery),
+                ready=lambda: None,
+            )
+            app = build_app(surface)
+            nursery.start_soon(settings.run, replace)
+            if options.cert_dir is not None:
+                nursery.start_soon(reloader.run)
+            async with trio.open_nursery() as serving:  # ends after shutdown's graceful close
+                urls = await serving.start(
+                    lambda task_status: serve_tls(
+                        app, config, [sock], holder, shutdown=shutdown, task_status=task_status
+                    )
+                )
+                trust = cert.parent / CA_FILE
+                task_status.started(
+                    Running(
+                        list(urls), shutdown, surface, summaries, trust if trust.exists() else cert
+                    )
+                )
+        finally:
+            sock.close()  # also when startup fails after binding
+        nursery.cancel_scope.cancel()
+
+
+async def serve_until_signalled(options: WorkerOptions) -> None:
+    """The CLI's foreground mode: SIGTERM or SIGINT stops the worker gracefully."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            running: Running = await nursery.start(
+                lambda task_status: serve(options, task_status=task_status)
+            )
+            log.info("worker serving worker.gpustack.ai/v1 at %s", ", ".join(running.urls))
+            async for signum in signals:
+                log.info("received %s, stopping", signal.Signals(signum).name)
+                running.shutdown.set()
+                break

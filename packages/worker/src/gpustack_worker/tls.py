@@ -1,0 +1,320 @@
+"""The worker's TLS termination: the client certificate reaches the app from the handshake itself.
+
+An aggregated API server trusts ``X-Remote-User`` only from a caller whose client certificate
+chains to the front-proxy CA. Hypercorn terminates TLS with the standard library and hands the
+application no peer certificate, and the standard library can only *reject* a certificate from
+an unknown CA at the handshake — it cannot accept it and let the server answer ``401`` as the
+kube-apiserver does. So the worker terminates TLS itself, with OpenSSL through pyOpenSSL:
+
+* the server *requests* a client certificate and lets any through the handshake (the handshake
+  still proves the client holds the certificate's private key); judging the chain is the
+  authenticator's job, against whichever CA the identity claims (front-proxy or client CA);
+* session resumption is off, so every connection carries its own certificate;
+* each connection gets its own ASGI wrapper that puts the presented chain into the standard
+  ``scope["extensions"]["tls"]`` — set by the server for that connection, so no request header
+  can forge it;
+* the HTTP/1.1 and HTTP/2 protocol work stays hypercorn's (its per-connection ``TCPServer``).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+from cryptography.hazmat.primitives.serialization import Encoding
+from hypercorn.app_wrappers import ASGIWrapper
+from hypercorn.config import Config
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ASGIFramework, ConnectionState, LifespanState
+from OpenSSL import SSL
+
+log = logging.getLogger("gpustack.worker.tls")
+
+RECEIVE_SIZE = 65536
+HANDSHAKE_TIMEOUT = 10.0
+CLOSE_TIMEOUT = 1.0
+ALPN = (b"h2", b"http/1.1")
+
+
+def _request_any_certificate(
+    connection: SSL.Connection, certificate: Any, errno: int, depth: int, ok: int
+) -> bool:
+    """Let every presented chain through the handshake; the authenticator judges it."""
+    return True
+
+
+def _select_alpn(connection: SSL.Connection, offered: list[bytes]) -> bytes | Any:
+    for protocol in ALPN:
+        if protocol in offered:
+            return protocol
+    return SSL.NO_OVERLAPPING_PROTOCOLS
+
+
+def server_context(cert: Path, key: Path) -> SSL.Context:
+    """A TLS ≥ 1.2 server context for ``cert``/``key`` that asks every client for a certificate.
+
+    Raises ``SSL.Error`` (or ``OSError``) when the pair does not load or does not match.
+    """
+    context = SSL.Context(SSL.TLS_SERVER_METHOD)
+    context.set_min_proto_version(SSL.TLS1_2_VERSION)
+    context.set_options(SSL.OP_NO_TICKET | SSL.OP_NO_COMPRESSION)
+    context.set_session_cache_mode(SSL.SESS_CACHE_OFF)  # no resumption: no chain-less sessions
+    context.use_certificate_chain_file(str(cert))
+    context.use_privatekey_file(str(key))
+    context.check_privatekey()
+    context.set_verify(SSL.VERIFY_PEER, _request_any_certificate)
+    context.set_alpn_select_callback(_select_alpn)
+    return context
+
+
+class TLSStream(trio.abc.Stream):
+    """A server-side TLS stream over OpenSSL memory BIOs, shaped as hypercorn expects.
+
+    hypercorn reads on one task and writes on others, so the socket is written under one lock
+    (ciphertext leaves in the order OpenSSL produced it) and read under another; a task that
+    waited for the read lock while another task read does not read again before retrying, since
+    the bytes it needed may already be in OpenSSL's buffer.
+    """
+
+    def __init__(self, transport: trio.SocketStream, context: SSL.Context) -> None:
+        self.transport_stream = transport
+        self._connection = SSL.Connection(context, None)
+        self._connection.set_accept_state()
+        self._write_lock = trio.Lock()
+        self._read_lock = trio.Lock()
+        self._arrivals = 0
+        self._eof = False
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    async def _flush(self) -> None:
+        async with self._write_lock:
+            while True:
+                try:
+                    data = self._connection.bio_read(RECEIVE_SIZE)
+                except SSL.WantReadError:
+                    return
+                await self.transport_stream.send_all(data)
+
+    async def _fill(self, seen: int) -> None:
+        async with self._read_lock:
+            if self._arrivals != seen:
+                return  # someone else read meanwhile: retry with what they brought
+            data = await self.transport_stream.receive_some(RECEIVE_SIZE)
+            self._arrivals += 1
+            if data:
+                self._connection.bio_write(data)
+            else:
+                self._eof = True
+                self._connection.bio_shutdown()
+
+    async def _drive(self, operation: Callable[[], Any]) -> Any:
+        while True:
+            seen = self._arrivals
+            try:
+                result = operation()
+            except SSL.WantReadError:
+                await self._flush()
+                if self._eof:
+                    raise trio.BrokenResourceError("the peer closed during TLS") from None
+                await self._fill(seen)
+                continue
+            except SSL.ZeroReturnError:
+                await self._flush()
+                raise
+            except SSL.Error as exc:
+                raise trio.BrokenResourceError(f"TLS: {exc}") from exc
+            await self._flush()
+            return result
+
+    # -- the Stream interface hypercorn uses --------------------------------------------------
+
+    async def do_handshake(self) -> None:
+        """Complete the handshake; idempotent, as hypercorn calls it again."""
+        await self._drive(self._connection.do_handshake)
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        """Plaintext; ``b""`` on close_notify or on a bare TCP close (HTTPS-compatible)."""
+        try:
+            data: bytes = await self._drive(
+                partial(self._connection.recv, max_bytes or RECEIVE_SIZE)
+            )
+        except SSL.ZeroReturnError:
+            return b""
+        except trio.BrokenResourceError:
+            if self._eof:
+                return b""  # truncation without close_notify: HTTP framing guards the body
+            raise
+        return data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        """Encrypt and send all of ``data``."""
+        await self._drive(partial(self._connection.sendall, bytes(data)))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        """Delegate to the socket: plaintext is buffered in memory."""
+        await self.transport_stream.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        """Send close_notify if the peer may still listen, then close the socket."""
+        try:
+            with trio.move_on_after(CLOSE_TIMEOUT) as scope:
+                scope.shield = True
+                if not self._eof:
+                    self._connection.shutdown()
+                    await self._flush()
+        except (SSL.Error, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            await self.transport_stream.aclose()
+
+    def selected_alpn_protocol(self) -> str | None:
+        """The negotiated ALPN protocol name, as ``ssl.SSLObject`` reports it."""
+        chosen = self._connection.get_alpn_proto_negotiated()
+        return chosen.decode("ascii") if chosen else None
+
+    def peer_chain(self) -> list[bytes]:
+        """The client's certificates as presented (DER, leaf first); empty without one."""
+        leaf = self._connection.get_peer_certificate(as_cryptography=True)
+        if leaf is None:
+            return []
+        chain = [leaf.public_bytes(Encoding.DER)]
+        for cert in self._connection.get_peer_cert_chain(as_cryptography=True) or []:
+            der = cert.public_bytes(Encoding.DER)
+            if der not in chain:
+                chain.append(der)
+        return chain
+
+    def tls_version(self) -> str:
+        """``TLSv1.3`` and the like, for logs."""
+        return str(self._connection.get_protocol_version_name())
+
+
+# -- the ASGI side --------------------------------------------------------------------------
+
+
+TLS_EXTENSION = "tls"
+
+
+def tls_extension(stream: TLSStream) -> dict[str, Any]:
+    """The ASGI TLS extension of one connection (client chain as DER, not PEM: we verify it)."""
+    return {"client_cert_chain": stream.peer_chain(), "tls_version": stream.tls_version()}
+
+
+def presented_chain(scope: Mapping[str, Any]) -> list[bytes]:
+    """The chain this request's connection presented; empty for none (or no TLS at all)."""
+    chain = scope.get("extensions", {}).get(TLS_EXTENSION, {}).get("client_cert_chain", [])
+    return list(chain)
+
+
+def _with_tls(app: ASGIFramework, extension: dict[str, Any]) -> ASGIFramework:
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") in {"http", "websocket"}:
+            scope = {**scope, "extensions": {**(scope.get("extensions") or {}), "tls": extension}}
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+@dataclass
+class ContextHolder:
+    """The context new connections use; swapped whole when the certificate rotates."""
+
+    current: SSL.Context
+    connections: int = field(default=0)
+
+
+async def _handle(
+    app: ASGIFramework,
+    config: Config,
+    worker: WorkerContext,
+    state: LifespanState,
+    holder: ContextHolder,
+    transport: trio.SocketStream,
+) -> None:
+    stream = TLSStream(transport, holder.current)
+    try:
+        with trio.fail_after(HANDSHAKE_TIMEOUT):
+            await stream.do_handshake()
+    except (trio.BrokenResourceError, trio.TooSlowError, trio.ClosedResourceError, OSError) as exc:
+        log.debug("TLS handshake with %s failed: %s", _peer(transport), exc)
+        await stream.aclose()
+        return
+    holder.connections += 1
+    per_connection = ASGIWrapper(_with_tls(app, tls_extension(stream)))
+    server = TCPServer(per_connection, config, worker, ConnectionState(state.copy()), stream)  # type: ignore[arg-type]
+    await server.run()
+
+
+def _peer(transport: trio.SocketStream) -> str:
+    try:
+        return str(transport.socket.getpeername())
+    except OSError:
+        return "?"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0 picks one); dual-stack when ``host`` is ``::``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6 and host == "::":
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve_tls(
+    app: ASGIFramework,
+    config: Config,
+    sockets: Sequence[socket.socket],
+    holder: ContextHolder,
+    *,
+    shutdown: trio.Event,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` over our TLS on ``sockets`` until ``shutdown``; reports the URLs bound.
+
+    Mirrors hypercorn's own trio worker (lifespan first, graceful close after), with the
+    connection handler replaced by ours.
+    """
+    state: LifespanState = {}
+    wrapped = ASGIWrapper(app)
+    lifespan = Lifespan(wrapped, config, state)
+    worker = WorkerContext(None)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as connections:
+            listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in sockets]
+            async with trio.open_nursery() as accepting:
+                accepting.start_soon(
+                    partial(
+                        trio.serve_listeners,
+                        partial(_handle, app, config, worker, state, holder),
+                        listeners,
+                        handler_nursery=connections,
+                    )
+                )
+                task_status.started([_url(s) for s in sockets])
+                await shutdown.wait()
+                accepting.cancel_scope.cancel()
+            await worker.terminated.set()
+            connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"

@@ -1,0 +1,212 @@
+"""A scenario's stand-in, its Device Managers as real processes, and the worker over HTTPS.
+
+The Device Managers run exactly as a node runs them — ``gpustack-operator device-manager serve
+--simulate <recording>`` in their own processes, reading the scenario's fake ``/proc`` — and the
+stand-in learns their addresses as the kubelet would report Pod IPs. The worker runs in the
+test's own trio loop (so a test can read its caches), serving on its own TLS listener. A test
+talks to the worker either as the kube-aggregator (``as_aggregator``: the front-proxy client
+certificate plus identity headers) or through the stand-in's aggregator proxy with a user's
+bearer token (``through_cluster``), the path ``kubectl get --raw`` takes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from gpustack_kube.config import load_config
+from gpustack_simulator.cluster.server import RunningCluster
+from gpustack_simulator.procfs import write_procfs
+from gpustack_simulator.testing import cluster_standin
+from gpustack_worker.daemon import Running, WorkerOptions, serve
+
+RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
+DM_PERIOD = "1s"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class DeviceManagerProcess:
+    node: str
+    manufacturer: str
+    url: str
+    process: trio.Process
+    log: Path
+
+
+@dataclass
+class WorkerStack:
+    cluster: RunningCluster
+    worker: Running
+    device_managers: list[DeviceManagerProcess]
+    tmp: Path
+    clients: list[httpx.AsyncClient] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.worker.urls[0]
+
+    def tls(self, *, cert: Path | None = None, trust_worker: bool = True) -> ssl.SSLContext:
+        """A client context trusting the worker's certificate, presenting ``cert`` if given."""
+        context = ssl.create_default_context(
+            cafile=str(self.worker.certificate) if trust_worker else None
+        )
+        if cert is not None:
+            context.load_cert_chain(str(cert))
+        return context
+
+    async def request(
+        self,
+        path: str,
+        *,
+        cert: Path | None = None,
+        headers: Sequence[tuple[str, str]] = (),
+        method: str = "GET",
+    ) -> httpx.Response:
+        async with httpx.AsyncClient(verify=self.tls(cert=cert), trust_env=False) as client:
+            return await client.request(method, self.url + path, headers=list(headers))
+
+    async def as_aggregator(
+        self, path: str, user: str = "admin", groups: Sequence[str] = ("system:masters",)
+    ) -> httpx.Response:
+        """What the kube-aggregator sends: its client certificate and the caller's identity."""
+        headers = [("X-Remote-User", user)] + [("X-Remote-Group", g) for g in groups]
+        return await self.request(
+            path, cert=self.cluster.state.pki.front_proxy_client, headers=headers
+        )
+
+    async def through_cluster(self, path: str, user: str = "admin") -> httpx.Response:
+        """``kubectl get --raw path`` as ``user``: the stand-in's aggregator proxies it."""
+        token = next(u.token for u in self.cluster.state.expanded.users if u.name == user)
+        context = ssl.create_default_context(cafile=str(self.cluster.state.pki.ca))
+        async with httpx.AsyncClient(verify=context, trust_env=False, timeout=30) as client:
+            return await client.get(
+                self.cluster.url + path, headers={"Authorization": f"Bearer {token}"}
+            )
+
+    async def metrics(self, namespace: str, name: str, **kwargs: Any) -> httpx.Response:
+        return await self.as_aggregator(
+            f"/apis/worker.gpustack.ai/v1/namespaces/{namespace}/instances/{name}/metrics",
+            **kwargs,
+        )
+
+
+async def _wait_ready(url: str, process: trio.Process, log: Path) -> None:
+    async with httpx.AsyncClient(verify=False, trust_env=False, timeout=2) as client:
+        with trio.fail_after(30):
+            while True:
+                if process.returncode is not None:
+                    raise RuntimeError(
+                        f"device manager exited {process.returncode}:\n{log.read_text()[-3000:]}"
+                    )
+                try:
+                    if (await client.get(url + "/readyz")).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                await trio.sleep(0.1)
+
+
+@asynccontextmanager
+async def open_device_managers(
+    cluster: RunningCluster, tmp: Path
+) -> AsyncIterator[list[DeviceManagerProcess]]:
+    """Every Device Manager of the scenario, as processes, with their Pods' addresses bound."""
+    state = cluster.state
+    expanded = state.expanded
+    started: list[DeviceManagerProcess] = []
+    try:
+        for dm in expanded.device_managers:
+            proc_root = tmp / f"proc-{dm.node}"
+            if not proc_root.exists():
+                write_procfs(proc_root, dict(expanded.procs(dm.node)))
+            port = free_port()
+            log = tmp / f"dm-{dm.node}-{dm.manufacturer}.log"
+            command = [
+                sys.executable,
+                "-m",
+                "gpustack_cli",
+                "device-manager",
+                "serve",
+                "--simulate",
+                str(dm.recording),
+                "--manufacturer",
+                dm.manufacturer,
+                "--node-name",
+                dm.node,
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+                "--context",
+                "device-manager",
+                "--proc-root",
+                str(proc_root),
+                "--secure-port",
+                str(port),
+                "--bind-address",
+                "127.0.0.1",
+                "--monitor-period",
+                DM_PERIOD,
+            ]
+            env = {**os.environ, "POD_NAME": dm.name, "POD_NAMESPACE": dm.namespace}
+            with log.open("wb") as sink:
+                process = await trio.lowlevel.open_process(
+                    command, stdout=sink, stderr=sink, env=env
+                )
+            started.append(
+                DeviceManagerProcess(
+                    dm.node, dm.manufacturer, f"https://127.0.0.1:{port}", process, log
+                )
+            )
+        for dm, running in zip(expanded.device_managers, started, strict=True):
+            await _wait_ready(running.url, running.process, running.log)
+            state.bind_pod_address(
+                dm.namespace, dm.name, "127.0.0.1", int(running.url.rsplit(":", 1)[1])
+            )
+        yield started
+    finally:
+        for running in started:
+            if running.process.returncode is None:
+                running.process.terminate()
+        with trio.move_on_after(10) as waiting:
+            waiting.shield = True
+            for running in started:
+                await running.process.wait()
+        for running in started:
+            if running.process.returncode is None:
+                running.process.kill()
+
+
+@asynccontextmanager
+async def open_worker_stack(scenario: str, tmp: Path) -> AsyncIterator[WorkerStack]:
+    """Stand-in + Device Manager processes + the worker, the aggregator pointed at it."""
+    async with (
+        cluster_standin(scenario, tmp / "cluster") as cluster,
+        open_device_managers(cluster, tmp) as managers,
+        trio.open_nursery() as nursery,
+    ):
+        kube = load_config(cluster.kubeconfig, context="worker")
+        options = WorkerOptions(secure_port=0, bind_address="127.0.0.1")
+        running: Running = await nursery.start(
+            lambda task_status: serve(options, kube=kube, task_status=task_status)
+        )
+        cluster.state.set_worker(running.urls[0], str(running.certificate))
+        try:
+            yield WorkerStack(cluster, running, managers, tmp)
+        finally:
+            cluster.state.set_worker(None)
+            running.shutdown.set()

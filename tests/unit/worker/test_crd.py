@@ -1,0 +1,364 @@
+"""The Instance CRD: valid for the API server, structural, and true to every stand-in Instance."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from gpustack_simulator.scenario import expand, is_scenario, load_scenario, recordings_for
+from gpustack_worker.discovery import GROUP, STORAGE_VERSION
+from gpustack_worker.openapi import instance_crd_schema
+
+REPO = Path(__file__).resolve().parents[3]
+CRD = REPO / "clusters" / "crds" / "instances.worker.gpustack.ai.yaml"
+SCENARIOS = sorted(p for p in (REPO / "recordings" / "scenarios").glob("*.yaml") if is_scenario(p))
+KUBERNETES = ["1.30", "1.31", "1.32", "1.33"]
+JUNCTORS = ("allOf", "anyOf", "oneOf", "not")
+
+
+@pytest.fixture(scope="module")
+def crd() -> dict[str, Any]:
+    document = yaml.safe_load(CRD.read_text())
+    assert isinstance(document, dict)
+    return document
+
+
+@pytest.fixture(scope="module")
+def schema(crd: dict[str, Any]) -> dict[str, Any]:
+    (version,) = crd["spec"]["versions"]
+    found = version["schema"]["openAPIV3Schema"]
+    assert isinstance(found, dict)
+    return found
+
+
+@pytest.fixture(scope="module")
+def jsonschema() -> ModuleType:
+    return pytest.importorskip("jsonschema")
+
+
+def test_identity(crd: dict[str, Any]) -> None:
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert crd["kind"] == "CustomResourceDefinition"
+    assert crd["metadata"]["name"] == f"instances.{GROUP}"
+    spec = crd["spec"]
+    assert spec["group"] == GROUP
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"] == {
+        "kind": "Instance",
+        "listKind": "InstanceList",
+        "plural": "instances",
+        "singular": "instance",
+        "shortNames": ["inst"],
+    }
+    (version,) = spec["versions"]
+    assert version["name"] == STORAGE_VERSION
+    assert version["served"] is True
+    assert version["storage"] is True
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: (c["type"], c["jsonPath"]) for c in version["additionalPrinterColumns"]}
+    assert columns == {
+        "Phase": ("string", ".status.phase"),
+        "Node": ("string", ".status.nodeName"),
+        "Age": ("date", ".metadata.creationTimestamp"),
+    }
+
+
+def test_the_schema_is_the_one_the_openapi_documents_publish(schema: dict[str, Any]) -> None:
+    expected = instance_crd_schema()
+    if schema != expected:
+        diff = difflib.unified_diff(
+            yaml.safe_dump(schema, sort_keys=False).splitlines(),
+            yaml.safe_dump(expected, sort_keys=False).splitlines(),
+            "committed",
+            "instance_crd_schema()",
+            lineterm="",
+        )
+        pytest.fail(f"{CRD.name} drifted from instance_crd_schema():\n" + "\n".join(diff))
+
+
+@pytest.mark.parametrize("kubernetes", KUBERNETES)
+def test_kubernetes_validate_strict(crd: dict[str, Any], kubernetes: str) -> None:
+    with warnings.catch_warnings():
+        # Older releases import pkg_resources and distutils, which warn on import.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        validate = pytest.importorskip("kubernetes_validate").validate
+    assert validate(crd, kubernetes, strict=True) == kubernetes
+
+
+# --------------------------------------------------------------------------------------------
+# Structural schema rules (what the API server enforces on create)
+# --------------------------------------------------------------------------------------------
+
+
+def _int_or_string_junctor(node: dict[str, Any]) -> bool:
+    """The one junctor a structural schema may type: ``anyOf: [integer, string]``."""
+    allowed = [{"type": "integer"}, {"type": "string"}]
+    return node.get("x-kubernetes-int-or-string") is True and node.get("anyOf") == allowed
+
+
+def _node_problems(node: dict[str, Any], path: str, *, junctor: bool) -> Iterator[str]:
+    opaque = node.get("x-kubernetes-int-or-string") or node.get(
+        "x-kubernetes-preserve-unknown-fields"
+    )
+    if junctor:
+        for key in ("type", "description", "default", "additionalProperties", "nullable"):
+            if key in node:
+                yield f"{path}: {key} inside a junctor"
+    elif not opaque and not node.get("type"):
+        yield f"{path}: no type"
+    if "properties" in node and "additionalProperties" in node:
+        yield f"{path}: properties and additionalProperties together"
+    if node.get("type") == "array" and "items" not in node:
+        yield f"{path}: an array without items"
+
+
+def _list_map_problems(node: dict[str, Any], path: str) -> Iterator[str]:
+    items = node.get("items", {})
+    if node.get("x-kubernetes-list-type") != "map" or items.get("type") != "object":
+        yield f"{path}: list-map-keys on something other than a list of objects"
+    for key in node["x-kubernetes-list-map-keys"]:
+        field = items.get("properties", {}).get(key, {})
+        if key not in items.get("required", []) and "default" not in field:
+            yield f"{path}: list-map key {key} is neither required nor defaulted"
+        if field.get("type") not in {"string", "integer", "boolean"}:
+            yield f"{path}: list-map key {key} is not a scalar"
+
+
+def _junctor_problems(node: dict[str, Any], path: str) -> Iterator[str]:
+    for key in JUNCTORS:
+        if key == "anyOf" and _int_or_string_junctor(node):
+            continue
+        branches = node.get(key, [])
+        for i, branch in enumerate(branches if isinstance(branches, list) else [branches]):
+            for field in branch.get("properties", {}):
+                if field not in node.get("properties", {}):
+                    yield f"{path}.{key}[{i}]: {field} is not specified outside the junctor"
+            yield from _structural_problems(branch, f"{path}.{key}[{i}]", junctor=True)
+
+
+def _structural_problems(node: dict[str, Any], path: str, *, junctor: bool) -> Iterator[str]:
+    """What the API server refuses in a structural schema, from its documented rules."""
+    yield from _node_problems(node, path, junctor=junctor)
+    if "x-kubernetes-list-map-keys" in node:
+        yield from _list_map_problems(node, path)
+    for name, child in node.get("properties", {}).items():
+        yield from _structural_problems(child, f"{path}.{name}", junctor=junctor)
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            yield from _structural_problems(node[key], f"{path}.{key}", junctor=junctor)
+    yield from _junctor_problems(node, path)
+
+
+def test_the_schema_is_structural(schema: dict[str, Any]) -> None:
+    assert list(_structural_problems(schema, "$", junctor=False)) == []
+    # metadata may only restrict name and generateName; this one restricts nothing.
+    assert schema["properties"]["metadata"] == {"type": "object"}
+
+
+def test_the_structural_check_catches_what_the_api_server_refuses() -> None:
+    untyped = {"type": "object", "properties": {"spec": {"properties": {}}}}
+    assert list(_structural_problems(untyped, "$", junctor=False)) == ["$.spec: no type"]
+    typed_junctor = {"type": "object", "anyOf": [{"type": "string"}]}
+    assert list(_structural_problems(typed_junctor, "$", junctor=False)) == [
+        "$.anyOf[0]: type inside a junctor"
+    ]
+
+
+def test_preserve_unknown_fields_is_nowhere(schema: dict[str, Any]) -> None:
+    """The spec states every field an Instance has; nothing is left open."""
+    assert "x-kubernetes-preserve-unknown-fields" not in json.dumps(schema)
+
+
+def test_defaults_are_valid(schema: dict[str, Any], jsonschema: ModuleType) -> None:
+    def defaults(node: Any) -> Iterator[tuple[dict[str, Any], Any]]:
+        if isinstance(node, dict):
+            if "default" in node:
+                yield node, node["default"]
+            for value in node.values():
+                yield from defaults(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from defaults(value)
+
+    found = list(defaults(schema))
+    assert found
+    for node, value in found:
+        jsonschema.Draft4Validator(_as_json_schema(node)).validate(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Instances against the schema
+# --------------------------------------------------------------------------------------------
+
+
+def _as_json_schema(node: Any) -> Any:
+    """The CRD schema as plain JSON Schema, validating as the API server does with Strict.
+
+    An int-or-string becomes its ``anyOf``; an object with ``properties`` admits nothing else
+    (the API server would prune or, under strict field validation, refuse an unknown field).
+    """
+    if isinstance(node, list):
+        return [_as_json_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _as_json_schema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
+    if node.get("x-kubernetes-int-or-string") and "anyOf" not in out:
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not node.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+@pytest.fixture(scope="module")
+def validator(schema: dict[str, Any], jsonschema: ModuleType) -> Any:
+    converted = _as_json_schema(schema)
+    jsonschema.Draft4Validator.check_schema(converted)
+    return jsonschema.Draft4Validator(converted)
+
+
+def _standin_instances() -> Iterator[Any]:
+    for path in SCENARIOS:
+        expanded = expand(load_scenario(path), base=recordings_for(path))
+        for instance in expanded.instances:
+            name = f"{path.stem}/{instance['metadata']['namespace']}/{instance['metadata']['name']}"
+            yield pytest.param(instance, id=name)
+
+
+def test_there_are_scenarios() -> None:
+    assert SCENARIOS, "no scenarios found; the next test would prove nothing"
+
+
+@pytest.mark.parametrize("instance", list(_standin_instances()))
+def test_every_standin_instance_validates(instance: dict[str, Any], validator: Any) -> None:
+    assert instance["apiVersion"] == f"{GROUP}/{STORAGE_VERSION}"
+    assert instance["kind"] == "Instance"
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(instance)]
+    assert errors == []
+
+
+def _instance() -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{STORAGE_VERSION}",
+        "kind": "Instance",
+        "metadata": {"name": "demo", "namespace": "default"},
+        "spec": {
+            "type": "nvidia-a10g",
+            "image": "ubuntu:24.04",
+            "command": ["sleep", "86400"],
+            "resources": {
+                "cpu": "500m",
+                "memory": "8Gi",
+                "ephemeral-storage": 1073741824,
+                "accelerator": "1",
+                "acceleratorSlicedMemoryPercentage": 20,
+            },
+            "nodeName": "node-t4-b",
+            "volume": {"ephemeral": {"capacity": "1Gi"}},
+            "volumeMount": "/workspace",
+            "additionalVolumes": [
+                {"mountPath": "/mnt/datasets", "persistent": {"name": "datasets"}},
+                {
+                    "mountPath": "/etc/model/config.json",
+                    "subPath": "config.json",
+                    "readOnly": True,
+                    "configMap": {"name": "model-config"},
+                },
+                {
+                    "mountPath": "/mnt/host-cache",
+                    "readOnly": True,
+                    "hostPath": {"path": "/var/lib/gpustack-cache", "type": "DirectoryOrCreate"},
+                },
+            ],
+            "ports": [{"name": "ssh", "port": 22}, {"port": 8080, "protocol": "TCP"}],
+            "privileged": False,
+            "stop": False,
+        },
+        "status": {
+            "phase": "Ready",
+            "nodeName": "node-t4-b",
+            "podName": "demo",
+            "hostIPs": [{"ip": "10.0.0.11"}],
+            "ports": [{"port": 22, "protocol": "TCP", "nodePort": 30022}],
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "PodReady",
+                    "message": "",
+                    "lastTransitionTime": "2026-11-29T08:00:00Z",
+                }
+            ],
+        },
+    }
+
+
+def test_a_full_instance_validates(validator: Any) -> None:
+    assert list(validator.iter_errors(_instance())) == []
+
+
+def _set(document: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(document)
+    *parents, last = path.split(".")
+    node: Any = changed
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if value is _DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return changed
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("spec.resources.cpu", {"cores": 4}),
+        ("spec.resources.memory", "lots"),
+        ("spec.resources.memory", 1.5),
+        ("spec.stop", "false"),
+        ("spec.image", ""),
+        ("spec.image", _DELETE),
+        ("spec.imagePullPolicy", "Always"),
+        ("spec.volume", {}),
+        ("spec.volume", {"ephemeral": {"capacity": "1Gi"}, "persistent": {"name": "ws"}}),
+        ("spec.volumeMount", "workspace"),
+        ("spec.additionalVolumes.0.configMap", {"name": "two-sources"}),
+        ("spec.additionalVolumes.1.configMap", _DELETE),
+        ("spec.additionalVolumes.2.hostPath.type", "Anything"),
+        ("spec.ports.0.port", 70000),
+        ("spec.ports.0.protocol", "HTTP"),
+        ("status.conditions.0.status", "Maybe"),
+        ("status.hostIPs", ["10.0.0.11"]),
+        ("status.nodeName", 7),
+        ("spec", _DELETE),
+    ],
+)
+def test_a_broken_instance_is_rejected(path: str, value: Any, validator: Any) -> None:
+    assert not validator.is_valid(_set(_instance(), path, value))
+
+
+def test_kubernetes_validate_would_catch_a_broken_crd(crd: dict[str, Any]) -> None:
+    """The strict check above is not vacuous: an unknown schema keyword fails it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    broken = copy.deepcopy(crd)
+    broken["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["bogus"] = 1
+    with pytest.raises(kubernetes_validate.ValidationError, match="bogus"):
+        kubernetes_validate.validate(broken, KUBERNETES[-1], strict=True)
