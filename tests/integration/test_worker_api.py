@@ -10,8 +10,11 @@ Device Manager that is gone or not Ready, a recreated Instance and a recreated P
 from __future__ import annotations
 
 import datetime as dt
+import json
+import logging
 import signal
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,13 @@ import httpx
 import pytest
 import trio
 import trustme
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from quart import Response
+from quart_trio import QuartTrio
 from worker_stack import WorkerStack, open_worker_stack
 
+from gpustack_kube.certs import self_signed
 from gpustack_simulator.cluster.state import INSTANCE
 from gpustack_simulator.scenario import Fault
 
@@ -192,6 +200,54 @@ async def test_a_device_manager_that_is_gone_leaves_accelerators_absent(
     sample = sample_of(await mixed.metrics("team-a", "mig-3g"))
     assert "accelerators" not in sample
     assert sample["memoryUsedMiB"] > 0
+
+
+@asynccontextmanager
+async def serving_snapshot(body: bytes, folder: Path) -> AsyncIterator[int]:
+    """A stand-in Device Manager that serves one fixed snapshot over HTTPS; yields its port."""
+    app = QuartTrio(__name__)
+
+    @app.route("/monitor/snapshot")
+    async def snapshot() -> Response:
+        return Response(body, content_type="application/json")
+
+    cert, key = self_signed(["127.0.0.1"], folder)
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.certfile, config.keyfile = str(cert), str(key)
+    config.accesslog = config.errorlog = None
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(
+            lambda task_status: serve(
+                app, config, shutdown_trigger=stop.wait, task_status=task_status
+            )
+        )
+        try:
+            yield int(binds[0].rsplit(":", 1)[1])
+        finally:
+            stop.set()
+
+
+async def test_a_stale_snapshot_is_dropped_and_logged(
+    mixed: WorkerStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    [running] = mixed.device_managers
+    [dm] = mixed.cluster.state.expanded.device_managers
+    async with httpx.AsyncClient(verify=False, trust_env=False) as client:
+        live = (await client.get(running.url + "/monitor/snapshot")).json()
+    live["timestamp"] = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    folder = mixed.tmp / "stale-dm"
+    folder.mkdir()
+    async with serving_snapshot(json.dumps(live).encode(), folder) as port:
+        mixed.cluster.state.bind_pod_address(dm.namespace, dm.name, "127.0.0.1", port)
+        with caplog.at_level(logging.INFO, logger="instance-metrics"):
+            sample = sample_of(await mixed.metrics("team-a", "llama-70b"))
+    assert "accelerators" not in sample
+    assert sample["cpuUsedMilliCores"] > 0
+    assert any("stale" in r.getMessage() for r in caplog.records if r.name == "instance-metrics")
 
 
 async def test_a_recreated_instance_never_reads_the_old_pods_figures(mixed: WorkerStack) -> None:

@@ -35,7 +35,7 @@ from gpustack_worker.authn import (
     with_overrides,
 )
 from gpustack_worker.authz import Authorizer
-from gpustack_worker.subresource import Sources
+from gpustack_worker.subresource import Sources, device_manager_client
 from gpustack_worker.summaries import SummaryCache
 from gpustack_worker.tls import ContextHolder, bind, serve_tls, server_context
 
@@ -240,7 +240,11 @@ async def serve(
     config.graceful_timeout = 2.0
     shutdown = trio.Event()
 
-    async with KubeClient(kube) as client, trio.open_nursery() as nursery:
+    async with (
+        KubeClient(kube) as client,
+        device_manager_client() as device_managers,
+        trio.open_nursery() as nursery,
+    ):
         settings = SettingsSource(options, client)
         authenticator = Authenticator(await settings.refresh(), token_reviewer(client))
         try:
@@ -263,7 +267,12 @@ async def serve(
         try:
             summaries = SummaryCache(read_summary, nursery)
             surface = Surface(
-                sources=Sources(client, summaries, system_namespace=options.system_namespace),
+                sources=Sources(
+                    client,
+                    summaries,
+                    system_namespace=options.system_namespace,
+                    device_managers=device_managers,
+                ),
                 authenticator=lambda: authenticator,
                 authorizer=Authorizer(client.post, nursery=nursery),
                 ready=lambda: None,

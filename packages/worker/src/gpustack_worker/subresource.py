@@ -56,6 +56,9 @@ class Sources:
     summaries: SummaryCache
     system_namespace: str = "gpustack-system"
     device_manager_transport: httpx.AsyncBaseTransport | None = None
+    device_managers: httpx.AsyncClient | None = None
+    """A long-lived client for the snapshots (pooled connections: no TLS handshake per read);
+    without one, each read opens its own."""
 
 
 async def instance_metrics(
@@ -178,16 +181,23 @@ def _https_port(pod: Pod) -> int:
     return named_port(pod, "https") or DEVICE_MANAGER_PORT
 
 
+def device_manager_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
+    """TLS unverified (the Device Manager's certificate is self-signed by design), no proxy."""
+    return httpx.AsyncClient(verify=False, trust_env=False, timeout=5, transport=transport)
+
+
 async def _fetch(sources: Sources, base: str) -> MonitorSnapshot:
-    """GET the snapshot: TLS unverified (self-signed by design), no proxy, 4 MiB at most."""
-    async with (
-        httpx.AsyncClient(
-            verify=False, trust_env=False, timeout=5, transport=sources.device_manager_transport
-        ) as client,
-        client.stream(
-            "GET", f"{base}/monitor/snapshot", headers={"Accept": "application/json"}
-        ) as response,
-    ):
+    if sources.device_managers is not None:
+        return await _read_snapshot(sources.device_managers, base)
+    async with device_manager_client(sources.device_manager_transport) as client:
+        return await _read_snapshot(client, base)
+
+
+async def _read_snapshot(client: httpx.AsyncClient, base: str) -> MonitorSnapshot:
+    """GET the snapshot, 4 MiB at most; anything but 200 is an error."""
+    async with client.stream(
+        "GET", f"{base}/monitor/snapshot", headers={"Accept": "application/json"}
+    ) as response:
         if response.status_code != 200:
             raise ValueError(f"answered {response.status_code}")
         body = bytearray()
