@@ -324,6 +324,9 @@ async def test_instances_are_served_as_v1(mixed: WorkerStack) -> None:
         headers=[("X-Remote-User", "admin"), ("X-Remote-Group", "system:masters")],
     )
     assert posted.status_code == 405
+    for method in ("OPTIONS", "DELETE"):  # never an unauthenticated empty 200
+        anonymous = await mixed.request(f"{V1}/namespaces/team-a/instances", method=method)
+        assert anonymous.status_code == 401, method
     assert posted.json()["reason"] == "MethodNotAllowed"
 
 
@@ -376,6 +379,9 @@ async def test_403_for_get_instances_without_get_instances_metrics(mixed: Worker
         'cannot get resource "instances/metrics" in API group "worker.gpustack.ai"'
         in (status["message"])
     )
+    # The review's own reason rides along, as kube-apiserver appends it.
+    assert 'has no rule allowing "get" on "instances/metrics"' in status["message"]
+    assert status["details"]["kind"] == "instances"
     # Namespace-scoped permission: allowed in team-a, denied in team-b.
     viewer = "team-a-viewer"
     assert (

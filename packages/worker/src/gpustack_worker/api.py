@@ -50,7 +50,7 @@ class Surface:
     ready: Callable[[], str | None] = lambda: None
     """``None`` when ready, else why not (for ``/readyz``)."""
     requests: dict[int, int] = field(default_factory=dict)
-    """Answers by status code, for ``/debug`` and tests."""
+    """Answers by status code, for tests and benchmarks."""
 
 
 def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
@@ -73,8 +73,10 @@ def build_app(surface: Surface) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = 1 << 20
     routes = _Routes(surface)
 
-    @app.route("/", defaults={"path": ""}, methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
-    @app.route("/<path:path>", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+    @app.route("/", defaults={"path": ""}, methods=methods, provide_automatic_options=False)
+    @app.route("/<path:path>", methods=methods, provide_automatic_options=False)
     async def dispatch(path: str) -> Response:
         started = time.perf_counter()
         user = "-"
@@ -82,6 +84,9 @@ def build_app(surface: Surface) -> QuartTrio:
             response, user = await routes.dispatch("/" + path)
         except StatusError as error:
             response = _status(error)
+        except Exception as error:  # a bug or an undecodable object: still a Status, logged
+            log.exception("%s %s failed", request.method, request.path)
+            response = _status(StatusError(500, f"Internal error occurred: {error}"))
         surface.requests[response.status_code] = surface.requests.get(response.status_code, 0) + 1
         access.info(
             "%s %s %d %s %.1fms",
@@ -131,6 +136,9 @@ class _Routes:
         except Unauthenticated as exc:
             log.info("401 for %s %s: %s", request.method, request.path, exc)
             raise StatusError(401, "Unauthorized") from exc
+        except KubeError as exc:  # the TokenReview itself failed: not the caller's fault
+            log.warning("authenticating %s %s failed: %s", request.method, request.path, exc)
+            raise StatusError(500, f"Internal error occurred: token review: {exc}") from exc
 
     async def authorize(self, user: UserInfo, attributes: Attributes) -> None:
         try:
@@ -141,9 +149,8 @@ class _Routes:
         if not decision.allowed:
             raise StatusError(
                 403,
-                forbidden_message(user, attributes),
-                kind=attributes.resource
-                + (f"/{attributes.subresource}" if attributes.subresource else ""),
+                forbidden_message(user, attributes, decision.reason),
+                kind=attributes.resource,
                 name=attributes.name,
                 group=attributes.group,
             )

@@ -196,8 +196,14 @@ def token_reviewer(client: KubeClient) -> Any:
     return review
 
 
+SERVICE = "gpustack-operator-worker"
+"""The worker's Service (the chart's name): the host the aggregator dials and verifies."""
+
+
 def _hosts(options: WorkerOptions) -> list[str]:
-    hosts = [*options.hosts, socket.gethostname()]
+    service = f"{SERVICE}.{options.system_namespace}"
+    hosts = [*options.hosts, service, f"{service}.svc", f"{service}.svc.cluster.local"]
+    hosts.append(socket.gethostname())
     if options.bind_address not in {"0.0.0.0", "::"}:
         hosts.append(options.bind_address)
     return list(dict.fromkeys(h for h in hosts if h))
