@@ -13,7 +13,7 @@ default:
 setup:
     uv sync --all-packages --frozen --quiet
 
-# The main job on its embedded default: the demo node through the real core.
+# The main job on its embedded default: the simulator cluster up, its figures live (--once: print once).
 demo *args: setup
     uv run --frozen --no-sync gpustack-operator demo {{args}}
 

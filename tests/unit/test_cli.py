@@ -88,7 +88,7 @@ def test_worker_refuses_to_start_without_a_front_proxy_ca(tmp_path: Path) -> Non
 
 
 def test_demo_prints_the_tables_and_an_object() -> None:
-    result = runner.invoke(app, ["demo"], env={"COLUMNS": "200"})
+    result = runner.invoke(app, ["demo", "--offline"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "team-a/qwen-7b" in result.output
     assert "19876 / 20389" in result.output  # the slice's own pair
@@ -99,7 +99,7 @@ def test_demo_prints_the_tables_and_an_object() -> None:
 
 
 def test_demo_json_prints_every_object() -> None:
-    result = runner.invoke(app, ["demo", "--json"])
+    result = runner.invoke(app, ["demo", "--offline", "--json"])
     assert result.exit_code == 0
     decoder = json.JSONDecoder()
     text, objects = result.output.strip(), []

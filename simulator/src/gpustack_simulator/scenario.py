@@ -410,6 +410,17 @@ def builtin_users() -> tuple[UserDoc, ...]:
             rules=_daemon_rules(),
         ),
         UserDoc(name="worker", groups=(*service, "system:authenticated"), rules=_daemon_rules()),
+        # What Prometheus' `kubernetes_sd_configs` (role: endpoints) lists and watches, and
+        # nothing else: a scrape setup reaching for more shows up as a 403.
+        UserDoc(
+            name="prometheus",
+            groups=(
+                "system:serviceaccounts",
+                "system:serviceaccounts:monitoring",
+                "system:authenticated",
+            ),
+            rules=(_rule([""], ["pods", "services", "endpoints"], ("get", "list", "watch")),),
+        ),
     )
 
 

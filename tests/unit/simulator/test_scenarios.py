@@ -962,7 +962,9 @@ def test_cli_list_shows_scenarios_with_their_node_count() -> None:
     for row in rows:
         cells = [c.strip() for c in row.split("│")]
         assert cells[2] == "scenario"
-        assert cells[3] == "1"
+        name = cells[1].rsplit("/", 1)[-1].removesuffix(".yaml")
+        nodes = len(load_scenario(RECORDINGS_DIR / "scenarios" / f"{name}.yaml").document.nodes)
+        assert cells[3] == str(nodes), row
     assert "invalid" not in result.output
 
 

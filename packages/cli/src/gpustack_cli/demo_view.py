@@ -48,7 +48,9 @@ def accelerator_table(rows: list[DemoRow]) -> Table:
     """One row per grant: the figures an Instance reads as its own, whatever the mode."""
     table = Table(title="accelerators[] — one entry per grant")
     table.add_column("Instance")
-    table.add_column("Device")
+    known = any(row.indexes for row in rows)  # the API itself carries no index: omit, not "?"
+    if known:
+        table.add_column("Device")
     table.add_column("Id")
     table.add_column("Mode")
     table.add_column("Memory MiB", justify="right")
@@ -60,9 +62,10 @@ def accelerator_table(rows: list[DemoRow]) -> Table:
     for row in rows:
         for entry in row.metrics.sample.accelerators or []:
             manufacturer, index = row.indexes.get(entry.id, ("?", -1))
+            device = [f"{manufacturer}#{index}"] if known else []
             table.add_row(
                 _name(row),
-                f"{manufacturer}#{index}",
+                *device,
                 entry.id,
                 entry.mode,
                 _pair(entry.memory_used_mib, entry.memory_total_mib),

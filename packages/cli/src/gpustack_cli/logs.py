@@ -42,3 +42,7 @@ def configure(level: str, *, json_logs: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(LEVELS[level])
+    # One line per outgoing request (every API call, every snapshot read) drowns the daemons'
+    # own messages; those clients' lines are for debugging.
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)

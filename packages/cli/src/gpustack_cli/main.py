@@ -52,17 +52,30 @@ def _root(
 
 @app.command()
 def demo(
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print every InstanceMetrics object as JSON.")
-    ] = False,
     once: Annotated[
-        bool, typer.Option("--once", help="Print once and exit (the default for now).")
-    ] = True,
+        bool, typer.Option("--once", help="Print once, stop everything, exit.")
+    ] = False,
+    state_dir: Annotated[
+        Path, typer.Option(help="Where the running system keeps kubeconfig, logs, endpoints.")
+    ] = Path(".gpustack-demo"),
+    scenario: Annotated[str, typer.Option(help="Scenario to bring up.")] = "demo",
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="No processes: the embedded demo node through the core."),
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="With --offline: every InstanceMetrics as JSON.")
+    ] = False,
 ) -> None:
-    """Compute and print the InstanceMetrics of the embedded demo node through the real core."""
-    from gpustack_cli.demo_view import run_demo
+    """Start the stand-in, a Device Manager per node and manufacturer, and the worker; show them."""
+    if offline:
+        from gpustack_cli.demo_view import run_demo
 
-    run_demo(as_json=as_json)
+        run_demo(as_json=as_json)
+        return
+    from gpustack_cli.live_demo import run_live_demo
+
+    raise typer.Exit(code=run_live_demo(state_dir, once=once, scenario=scenario))
 
 
 def _csv(value: str | None) -> list[str] | None:
@@ -278,13 +291,52 @@ def sim_cluster(
         str, typer.Option(help="Scenario name (recordings/scenarios/NAME.yaml) or file.")
     ] = "nvidia-mixed",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 0,
+    pod_address: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="NAMESPACE/NAME=IP:PORT",
+            help="Where a Pod's process listens: its podIP and https port (repeatable).",
+        ),
+    ] = None,
+    worker_url: Annotated[
+        str | None, typer.Option(help="The worker, for the worker.gpustack.ai/v1 aggregator.")
+    ] = None,
+    worker_ca: Annotated[
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, help="CA verifying the worker (caBundle)."),
+    ] = None,
+    ready_file: Annotated[
+        Path | None, typer.Option(help="Write the URL here once serving (removed on exit).")
+    ] = None,
 ) -> None:
     """Serve the Kubernetes endpoints the daemons use, from a scenario, until interrupted."""
     import trio
 
-    from gpustack_simulator.cluster.server import run_until_signalled
+    from gpustack_core.decoding import ContractError
+    from gpustack_simulator.cluster.server import PodAddress, StandinError, run_until_signalled
 
-    trio.run(run_until_signalled, scenario, state_dir, port)
+    try:
+        addresses = [PodAddress.parse(text) for text in pod_address or ()]
+        trio.run(
+            lambda: run_until_signalled(
+                scenario,
+                state_dir,
+                port,
+                pod_addresses=addresses,
+                worker_url=worker_url,
+                worker_ca=worker_ca,
+                ready_file=ready_file,
+            )
+        )
+    except (StandinError, ContractError, FileNotFoundError, BaseExceptionGroup) as exc:
+        # A bad flag or scenario is a one-line error, not a traceback; anything else is a bug.
+        found: Exception | None = None
+        for kind in (StandinError, ContractError, FileNotFoundError):
+            found = found or _first(exc, kind)
+        if found is None:
+            raise
+        typer.echo(f"gpustack-operator simulator cluster: {found}", err=True)
+        raise typer.Exit(code=1) from exc
 
 
 @simulator.command("validate")
@@ -311,6 +363,43 @@ def sim_list(
     from gpustack_cli.simulator_cmds import DEFAULT_RECORDINGS, list_recordings
 
     raise typer.Exit(code=list_recordings(root or DEFAULT_RECORDINGS, Console(width=200)))
+
+
+@simulator.command("up")
+def sim_up(
+    state_dir: Annotated[
+        Path, typer.Option(help="Where kubeconfig, endpoints.json and logs/ are written.")
+    ],
+    scenario: Annotated[
+        str, typer.Option(help="Scenario name (recordings/scenarios/NAME.yaml) or file.")
+    ] = "demo",
+    monitor_period: Annotated[str, typer.Option(help="Device Managers' period.")] = "2s",
+) -> None:
+    """Start the stand-in, its Device Managers and the worker in the background; wait for all."""
+    from gpustack_simulator.up import UpError, up
+
+    try:
+        endpoints = up(scenario, state_dir, monitor_period=monitor_period)
+    except UpError as exc:
+        typer.echo(f"gpustack-operator simulator up: {exc}", err=True)
+        raise typer.Exit(code=1) from exc
+    typer.echo(f"cluster     {endpoints.cluster}")
+    typer.echo(f"worker      {endpoints.worker}")
+    for dm in endpoints.device_managers:
+        typer.echo(f"{dm.manufacturer:<11} {dm.node}  {dm.metrics}")
+    typer.echo(f"kubeconfig  {endpoints.kubeconfig}  (contexts admin, no-metrics, prometheus, …)")
+    typer.echo(f"stop with   gpustack-operator simulator down --state-dir {state_dir}")
+
+
+@simulator.command("down")
+def sim_down(
+    state_dir: Annotated[Path, typer.Option(help="The state directory `up` was given.")],
+) -> None:
+    """Stop everything `simulator up` started in that state directory."""
+    from gpustack_simulator.up import down
+
+    stopped = down(state_dir)
+    typer.echo(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
 
 
 def main() -> None:

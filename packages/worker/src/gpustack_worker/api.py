@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 import trio
-from quart import Response, request
+from quart import Response, g, request
 from quart_trio import QuartTrio
 
 from gpustack_core.status import StatusError, no_route
@@ -79,9 +79,8 @@ def build_app(surface: Surface) -> QuartTrio:
     @app.route("/<path:path>", methods=methods, provide_automatic_options=False)
     async def dispatch(path: str) -> Response:
         started = time.perf_counter()
-        user = "-"
         try:
-            response, user = await routes.dispatch("/" + path)
+            response = await routes.dispatch("/" + path)
         except StatusError as error:
             response = _status(error)
         except Exception as error:  # a bug or an undecodable object: still a Status, logged
@@ -93,7 +92,7 @@ def build_app(surface: Surface) -> QuartTrio:
             request.method,
             request.full_path.rstrip("?"),
             response.status_code,
-            user,
+            g.get("user", "-"),
             (time.perf_counter() - started) * 1000,
         )
         return response
@@ -105,18 +104,19 @@ class _Routes:
     def __init__(self, surface: Surface) -> None:
         self.surface = surface
 
-    async def dispatch(self, path: str) -> tuple[Response, str]:
+    async def dispatch(self, path: str) -> Response:
         path = path.rstrip("/") or "/"
         if path in HEALTH_PATHS:
-            return self.health(path), "-"
+            return self.health(path)
         user = await self.authenticate()
+        g.user = user.name  # for the access log, whatever the answer
         if request.method != "GET":
             raise StatusError(
                 405,
                 f"the server does not allow this method on the requested resource "
                 f"({request.method})",
             )
-        return await self.route(path, user), user.name
+        return await self.route(path, user)
 
     # -- health -----------------------------------------------------------------------------
 

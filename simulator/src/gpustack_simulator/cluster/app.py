@@ -8,10 +8,11 @@ missing endpoint is visible in the test that needed it.
 from __future__ import annotations
 
 import copy
+import math
 import re
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import msgspec
@@ -22,6 +23,7 @@ from quart_trio import QuartTrio
 from gpustack_core.status import StatusError, no_route, not_found
 from gpustack_simulator.cluster import discovery, protobuf
 from gpustack_simulator.cluster.selectors import SelectorError, field_selector, label_selector
+from gpustack_simulator.cluster.services import ENDPOINTS, SERVICE
 from gpustack_simulator.cluster.state import (
     AUTH_CONFIGMAP,
     CONFIGMAP,
@@ -32,15 +34,26 @@ from gpustack_simulator.cluster.state import (
     ClusterState,
 )
 from gpustack_simulator.cluster.store import TooOld, matches
-from gpustack_simulator.scenario import UserSpec
+from gpustack_simulator.scenario import MASTERS, Fault, FaultDoc, UserSpec
 
 JSON = "application/json"
 WATCH_BOOKMARK_SECONDS = 5.0
 """How often an idle watch that asked for bookmarks gets one."""
 DEFAULT_WATCH_SECONDS = 1800.0
 WORKER_GROUP = "worker.gpustack.ai"
+ENDPOINTS_DEPRECATED = (
+    '299 - "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice"'
+)
+"""The warning a 1.33+ API server attaches to every v1 Endpoints answer; kubectl prints it."""
 
 Handler = Callable[..., Awaitable[Response]]
+B = TypeVar("B")
+
+
+class ClockAdvance(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    """``POST /simulator/v1/clock``'s body."""
+
+    advance_seconds: float
 
 
 def _json(obj: Any, status: int = 200) -> Response:
@@ -91,6 +104,12 @@ class Routes:
                 (r"^/api/v1/pods$", self.pods),
                 (r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$", self.pods),
                 (r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$", self.pods),
+                (r"^/api/v1/services$", self.services),
+                (r"^/api/v1/namespaces/(?P<ns>[^/]+)/services$", self.services),
+                (r"^/api/v1/namespaces/(?P<ns>[^/]+)/services/(?P<name>[^/]+)$", self.services),
+                (r"^/api/v1/endpoints$", self.endpoints),
+                (r"^/api/v1/namespaces/(?P<ns>[^/]+)/endpoints$", self.endpoints),
+                (r"^/api/v1/namespaces/(?P<ns>[^/]+)/endpoints/(?P<name>[^/]+)$", self.endpoints),
                 (r"^/api/v1/nodes$", self.nodes),
                 (r"^/api/v1/nodes/(?P<name>[^/]+)$", self.nodes),
                 (r"^/api/v1/nodes/(?P<name>[^/]+)/proxy/(?P<rest>.*)$", self.node_proxy),
@@ -117,6 +136,9 @@ class Routes:
                     r"(?P<name>[^/]+)$",
                     self.instances,
                 ),
+                (r"^/simulator/v1/clock$", self.control_clock),
+                (r"^/simulator/v1/faults$", self.control_faults),
+                (r"^/simulator/v1/state$", self.control_state),
             )
         ]
 
@@ -203,6 +225,20 @@ class Routes:
     ) -> Response:
         self._method("GET")
         return await self._objects(caller, POD, "pods", "", "v1", ns, name)
+
+    async def services(
+        self, caller: Caller, ns: str | None = None, name: str | None = None
+    ) -> Response:
+        self._method("GET")
+        return await self._objects(caller, SERVICE, "services", "", "v1", ns, name)
+
+    async def endpoints(
+        self, caller: Caller, ns: str | None = None, name: str | None = None
+    ) -> Response:
+        self._method("GET")
+        response = await self._objects(caller, ENDPOINTS, "endpoints", "", "v1", ns, name)
+        response.headers["Warning"] = ENDPOINTS_DEPRECATED
+        return response
 
     async def nodes(self, caller: Caller, name: str | None = None) -> Response:
         self._method("GET")
@@ -440,6 +476,80 @@ class Routes:
         )
         return _json(review)
 
+    # -- the simulator's own control surface ------------------------------------------------
+
+    def _master(self, caller: Caller) -> None:
+        """The control surface moves time and breaks sources: the cluster admin's alone."""
+        if MASTERS not in caller.groups:
+            raise StatusError(
+                403,
+                f'User "{caller.name}" cannot use the simulator control endpoints: they are '
+                f'open to group "{MASTERS}" only',
+            )
+
+    async def _control_body(self, kind: type[B], what: str) -> B:
+        raw = await request.get_data(as_text=False)
+        data = raw if isinstance(raw, bytes) else raw.encode()
+        try:
+            return msgspec.json.decode(data, type=kind)
+        except msgspec.ValidationError as exc:
+            raise StatusError(400, f"the {what} is malformed: {exc}") from exc
+        except msgspec.DecodeError as exc:
+            raise StatusError(400, f"the {what} is not JSON: {exc}") from exc
+
+    async def control_clock(self, caller: Caller) -> Response:
+        self._method("POST")
+        self._master(caller)
+        body = await self._control_body(ClockAdvance, "clock request")
+        seconds = body.advance_seconds
+        if not math.isfinite(seconds) or seconds < 0:
+            raise StatusError(
+                400,
+                f"advanceSeconds must be a finite number of seconds >= 0, not {seconds}: "
+                "scenario time only moves forward",
+            )
+        self.state.clock.advance(seconds)
+        return _json({"now": self.state.clock()})
+
+    async def control_faults(self, caller: Caller) -> Response:
+        self._method("POST", "DELETE")
+        self._master(caller)
+        if request.method == "DELETE":
+            self.state.clear_faults()
+        else:
+            doc = await self._control_body(FaultDoc, "fault")
+            problems = self._fault_problems(doc)
+            if problems:
+                raise StatusError(400, "the fault is malformed: " + "; ".join(problems))
+            self.state.add_fault(Fault(doc.kind, doc.node, doc.start, doc.end))
+        return _json({"faults": [_fault(f) for f in self.state.faults]})
+
+    def _fault_problems(self, doc: FaultDoc) -> list[str]:
+        """The checks a scenario's ``faults`` entry gets, with the same wording."""
+        problems = [
+            f"{name}: {value} is not a finite number of seconds"
+            for name, value in (("from", doc.start), ("to", doc.end))
+            if value is not None and not math.isfinite(value)
+        ]
+        if doc.node is not None and self.state.store.get(NODE, "", doc.node) is None:
+            problems.append(f"node: unknown node {doc.node!r}")
+        if doc.kind == "metrics-api-absent" and doc.node is not None:
+            problems.append("node: metrics.k8s.io is cluster-wide; it has no node")
+        if doc.end is not None and doc.end <= doc.start:
+            problems.append(f"to: {doc.end} must be after 'from' ({doc.start})")
+        return problems
+
+    async def control_state(self, caller: Caller) -> Response:
+        self._method("GET")
+        self._master(caller)
+        return _json(
+            {
+                "now": self.state.clock(),
+                "faults": [_fault(f) for f in self.state.faults],
+                "worker": self.state.worker_url,
+            }
+        )
+
     # -- the kube-aggregator ----------------------------------------------------------------
 
     async def aggregate(self, caller: Caller, rest: str = "") -> Response:
@@ -498,6 +608,11 @@ def _bookmark(kind: str, version: int) -> bytes:
         "BOOKMARK",
         {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": str(version)}},
     )
+
+
+def _fault(fault: Fault) -> dict[str, Any]:
+    """A fault spelled as a scenario's ``faults`` entry is."""
+    return {"kind": fault.kind, "node": fault.node, "from": fault.start, "to": fault.end}
 
 
 def _internal_ip(node: Mapping[str, Any]) -> str:

@@ -22,19 +22,32 @@ VERSION = {
 
 
 def _resource(
-    name: str, kind: str, verbs: list[str], *, namespaced: bool = True, singular: str = ""
+    name: str,
+    kind: str,
+    verbs: list[str],
+    *,
+    namespaced: bool = True,
+    singular: str = "",
+    short: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    return {
+    resource: dict[str, Any] = {
         "name": name,
         "singularName": singular,
         "namespaced": namespaced,
         "kind": kind,
-        "verbs": verbs,
+        "verbs": list(verbs),
     }
+    if short:
+        resource["shortNames"] = list(short)  # what `kubectl get svc` resolves through
+    return resource
 
+
+READ = ["get", "list", "watch"]
 
 CORE = [
-    _resource("pods", "Pod", ["get", "list", "watch"], singular="pod"),
+    _resource("pods", "Pod", READ, singular="pod", short=("po",)),
+    _resource("services", "Service", READ, singular="service", short=("svc",)),
+    _resource("endpoints", "Endpoints", READ, singular="endpoints", short=("ep",)),
     _resource("nodes", "Node", ["get", "list", "watch"], namespaced=False, singular="node"),
     _resource("nodes/proxy", "NodeProxyOptions", ["get"], namespaced=False),
     _resource("configmaps", "ConfigMap", ["get"], singular="configmap"),

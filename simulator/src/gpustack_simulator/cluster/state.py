@@ -9,7 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpustack_simulator.cluster import services
 from gpustack_simulator.cluster.pki import ClusterPKI
+from gpustack_simulator.cluster.services import ENDPOINTS, SERVICE
 from gpustack_simulator.cluster.store import Store
 from gpustack_simulator.scenario import Expanded, Fault, UserSpec
 
@@ -67,6 +69,28 @@ class ClusterState:
         for instance in self.expanded.instances:
             self.store.put(INSTANCE, instance)
         self.store.put(CONFIGMAP, self._auth_configmap())
+        self._sync_services()
+
+    def _sync_services(self) -> None:
+        """Bring the Device Manager ``Service`` and ``Endpoints`` in step with the Pods.
+
+        Each is stored only when it changed, so a watch sees one MODIFIED event per change
+        that matters to it and none for an unrelated Pod's update.
+        """
+        pods = self.store.list(POD)
+        service = services.device_manager_service(self.expanded.epoch, pods)
+        self._put_if_changed(SERVICE, service)
+        self._put_if_changed(ENDPOINTS, services.endpoints_for(service, pods))
+
+    def _put_if_changed(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        current = self.store.get(kind, meta["namespace"], meta["name"])
+        if current is not None:
+            unstamped = copy.deepcopy(current)
+            unstamped["metadata"].pop("resourceVersion", None)
+            if unstamped == obj:
+                return
+        self.store.put(kind, obj)
 
     def _auth_configmap(self) -> dict[str, Any]:
         front = self.pki.front_proxy_ca.read_text()
@@ -113,12 +137,19 @@ class ClusterState:
     def update_pod(
         self, namespace: str, name: str, mutate: Callable[[dict[str, Any]], None]
     ) -> dict[str, Any]:
-        """Change a Pod; every watch of Pods sees the MODIFIED event."""
-        return self.store.update(POD, namespace, name, mutate)
+        """Change a Pod; watches of Pods see MODIFIED, and of Endpoints too if it moved.
+
+        A Device Manager Pod's IP, https port or readiness is what its Endpoints entry is
+        made of, so those changes reach a Prometheus watching Endpoints as on a cluster.
+        """
+        pod = self.store.update(POD, namespace, name, mutate)
+        self._sync_services()
+        return pod
 
     def delete_pod(self, namespace: str, name: str) -> None:
-        """Delete a Pod; watches see DELETED."""
+        """Delete a Pod; watches see DELETED (and its address leave the Endpoints)."""
         self.store.delete(POD, namespace, name)
+        self._sync_services()
 
     def bind_pod_address(self, namespace: str, name: str, ip: str, port: int) -> None:
         """Fill in a Device Manager Pod's IP and https port once its process listens."""

@@ -1,0 +1,146 @@
+"""``gpustack-operator demo``: the whole system up on this machine, its figures on screen.
+
+Everything shown is read the way a user would read it: each Instance's ``metrics`` through the
+stand-in's API server and aggregator with the ``admin`` user's token (what ``kubectl get --raw``
+sends), and the exporter's series from a Device Manager's ``/metrics``. Nothing is computed
+here; the tables only lay out the API's answers.
+"""
+
+from __future__ import annotations
+
+import ssl
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+from rich.console import Console
+
+from gpustack_cli.demo_view import accelerator_table, pod_table
+from gpustack_core.instance_metrics import InstanceMetrics
+from gpustack_simulator.demo import DemoRow
+from gpustack_simulator.up import Endpoints, UpError, down, up
+
+V1 = "/apis/worker.gpustack.ai/v1"
+REFRESH_SECONDS = 5.0
+EXCERPT_FAMILIES = (
+    "gpustack_instance_cpu_used_millicores",
+    "gpustack_instance_accelerator_memory_used_mib",
+    "gpustack_instance_accelerator_cores_utilization_percent",
+)
+
+
+class Reader:
+    """The admin's view of the running system, over the same HTTPS paths kubectl takes."""
+
+    def __init__(self, state_dir: Path, endpoints: Endpoints) -> None:
+        self.endpoints = endpoints
+        token = _token(Path(endpoints.kubeconfig), "admin")
+        context = ssl.create_default_context(cafile=str(state_dir / "cluster" / "pki" / "ca.crt"))
+        self.api = httpx.Client(
+            base_url=endpoints.cluster,
+            verify=context,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=15,
+            trust_env=False,
+        )
+        self.device_managers = httpx.Client(verify=False, timeout=5, trust_env=False)
+
+    def close(self) -> None:
+        """Release both connection pools."""
+        self.api.close()
+        self.device_managers.close()
+
+    def rows(self) -> tuple[list[DemoRow], list[str]]:
+        """Every Instance's metrics (rows) and the Instances that answered otherwise (why)."""
+        listed = self.api.get(f"{V1}/instances")
+        listed.raise_for_status()
+        rows: list[DemoRow] = []
+        problems: list[str] = []
+        for item in listed.json()["items"]:
+            meta = item["metadata"]
+            path = f"{V1}/namespaces/{meta['namespace']}/instances/{meta['name']}/metrics"
+            answer = self.api.get(path)
+            if answer.status_code != 200:
+                message = answer.json().get("message", answer.text)
+                problems.append(
+                    f"{meta['namespace']}/{meta['name']}: {answer.status_code} {message}"
+                )
+                continue
+            metrics = msgspec.json.decode(answer.content, type=InstanceMetrics)
+            rows.append(DemoRow(metrics, {}, []))
+        rows.sort(key=lambda r: (r.metrics.metadata.namespace, r.metrics.metadata.name))
+        return rows, problems
+
+    def excerpt(self, lines: int = 12) -> list[str]:
+        """A few of the exporter's series from the first Device Manager."""
+        first = self.endpoints.device_managers[0]
+        text = self.device_managers.get(first.metrics).text
+        chosen = [line for line in text.splitlines() if line.startswith(EXCERPT_FAMILIES)]
+        return [f"# from {first.metrics} ({first.manufacturer} on {first.node})", *chosen[:lines]]
+
+
+def _token(kubeconfig: Path, user: str) -> str:
+    import yaml
+
+    document = yaml.safe_load(kubeconfig.read_text())
+    for entry in document["users"]:
+        if entry["name"] == user:
+            return str(entry["user"]["token"])
+    raise UpError(f"{kubeconfig} has no user {user!r}")
+
+
+def show(console: Console, reader: Reader, state_dir: Path) -> None:
+    """One screen: the Instances' figures, an exporter excerpt, how to explore by hand."""
+    rows, problems = reader.rows()
+    stamp = time.strftime("%H:%M:%S")
+    console.print(pod_table(rows, title=f"InstanceMetrics through the aggregator at {stamp}"))
+    console.print(accelerator_table(rows))
+    for problem in problems:
+        console.print(f"[yellow]{problem}[/yellow]")
+    console.print("\n".join(reader.excerpt()), highlight=False, soft_wrap=True)
+    kubeconfig = reader.endpoints.kubeconfig
+    console.print(
+        "\nExplore it with kubectl while the demo runs:\n"
+        f"  kubectl --kubeconfig {kubeconfig} get --raw "
+        f"{V1}/namespaces/team-a/instances/qwen-a/metrics\n"
+        f"  kubectl --kubeconfig {kubeconfig} --context no-metrics get --raw "
+        f"{V1}/namespaces/team-a/instances/qwen-a/metrics   # 403: get instances/metrics\n"
+        f"  endpoints: {state_dir / 'endpoints.json'}   logs: {state_dir / 'logs'}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def run_live_demo(state_dir: Path, *, once: bool, scenario: str = "demo") -> int:
+    """Bring the system up, show it (once, or until Ctrl-C), bring it down; the exit code."""
+    console = Console()
+    console.print(f"starting the stand-in, the Device Managers and the worker ({scenario}) …")
+    started = time.monotonic()
+    try:
+        endpoints = up(scenario, state_dir)
+    except UpError as exc:
+        console.print(f"[red]the demo did not come up:[/red] {exc}", highlight=False)
+        return 1
+    console.print(f"up in {time.monotonic() - started:.1f}s", highlight=False)
+    reader = Reader(state_dir.resolve(), endpoints)
+    try:
+        deadline = time.monotonic() + 30
+        while len(reader.excerpt()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)  # the exporter publishes after its first round
+        while True:
+            show(console, reader, state_dir.resolve())
+            if once:
+                return 0
+            console.print(f"[dim]refreshing every {REFRESH_SECONDS:g}s; Ctrl-C stops[/dim]")
+            time.sleep(REFRESH_SECONDS)
+    except KeyboardInterrupt:
+        console.print("stopping …")
+        return 0
+    except httpx.HTTPError as exc:
+        console.print(f"[red]reading the demo failed:[/red] {exc}", highlight=False)
+        return 1
+    finally:
+        reader.close()
+        stopped = down(state_dir)
+        console.print(f"stopped {', '.join(stopped)}", highlight=False)

@@ -1,0 +1,424 @@
+"""``simulator up`` / ``down``: the whole system on one machine, as separate real processes.
+
+``up`` starts the cluster stand-in, one Device Manager per scenario Device Manager (replaying its
+recording, reading the scenario's fake ``/proc``) and the worker, each a ``gpustack-operator``
+process of its own in its own session, so they outlive the command and a Ctrl-C in the terminal
+that ran ``up`` does not reach them. It returns once every one answers, and leaves in the state
+directory what a user or a test needs: ``kubeconfig`` (contexts ``admin``, ``no-metrics``, …),
+``endpoints.json`` (every URL), ``processes.json`` (what ``down`` stops) and ``logs/``.
+
+Device Managers share one port and differ by loopback address (127.0.0.2, .3, …): a Pod IP
+plus the Service's ``prometheus.io/port`` is how Prometheus' relabelling addresses them, and
+loopback has a whole /8 to give out. The worker's serving certificate is minted here, before
+anything starts, so the stand-in's aggregator can verify it (the ``APIService``'s ``caBundle``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gpustack_kube.certs import self_signed
+from gpustack_simulator.procfs import write_procfs
+from gpustack_simulator.scenario import (
+    RECORDINGS_DIR,
+    Expanded,
+    expand,
+    find_scenario,
+    load_scenario,
+)
+
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 10.0
+WORKER_GROUP_VERSION = "/apis/worker.gpustack.ai/v1"
+
+
+class UpError(Exception):
+    """The system did not come up (or down); the message names the component and its log."""
+
+
+@dataclass(frozen=True)
+class DeviceManagerEndpoint:
+    """One Device Manager process: its Pod, its address and its two URLs."""
+
+    node: str
+    manufacturer: str
+    namespace: str
+    pod: str
+    address: str
+    metrics: str
+    snapshot: str
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """``endpoints.json``: where everything listens."""
+
+    scenario: str
+    cluster: str
+    worker: str
+    kubeconfig: str
+    device_managers: list[DeviceManagerEndpoint] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The file's JSON, keys spelled as the rest of the project's wire formats."""
+        return {
+            "scenario": self.scenario,
+            "cluster": self.cluster,
+            "worker": self.worker,
+            "kubeconfig": self.kubeconfig,
+            "deviceManagers": [asdict(dm) for dm in self.device_managers],
+        }
+
+    @classmethod
+    def load(cls, state_dir: Path) -> Endpoints:
+        """Read ``endpoints.json`` back (tests, the demo)."""
+        data = json.loads((state_dir / "endpoints.json").read_text())
+        return cls(
+            scenario=data["scenario"],
+            cluster=data["cluster"],
+            worker=data["worker"],
+            kubeconfig=data["kubeconfig"],
+            device_managers=[DeviceManagerEndpoint(**dm) for dm in data["deviceManagers"]],
+        )
+
+
+@dataclass
+class _Started:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+def _free_port(hosts: Sequence[str]) -> int:
+    """A port free on every one of ``hosts`` (Device Managers share one across addresses)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind((hosts[0], 0))
+            port = int(probe.getsockname()[1])
+        try:
+            for host in hosts[1:]:
+                with socket.socket() as other:
+                    other.bind((host, port))
+        except OSError:
+            continue
+        return port
+    raise UpError(f"no port is free on all of {', '.join(hosts)}")
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpustack_cli", *args]
+
+
+def _spawn(
+    name: str, command: list[str], logs: Path, env: dict[str, str] | None = None
+) -> _Started:
+    log = logs / f"{name}.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,  # its own process group: down signals it whole
+        )
+    return _Started(name, process, log)
+
+
+def _tail(log: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _failed(started: _Started, why: str) -> UpError:
+    return UpError(f"{started.name} {why}; last lines of {started.log}:\n{_tail(started.log)}")
+
+
+def _wait(started: _Started, check: Any, deadline: float, what: str, interval: float = 0.1) -> None:
+    while True:
+        code = started.process.poll()
+        if code is not None:
+            raise _failed(started, f"exited with status {code} before {what}")
+        try:
+            if check():
+                return
+        except (httpx.HTTPError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise _failed(started, f"did not become ready ({what}) in time")
+        time.sleep(interval)
+
+
+def _ok(url: str, *, verify: Any = False, headers: dict[str, str] | None = None) -> bool:
+    response = httpx.get(url, verify=verify, headers=headers, timeout=2, trust_env=False)
+    return response.status_code == 200
+
+
+def _has_slices(url: str) -> bool:
+    response = httpx.get(url, verify=False, timeout=2, trust_env=False)
+    return response.status_code == 200 and "slices" in response.json()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _recorded(state_dir: Path) -> list[dict[str, Any]]:
+    path = state_dir / "processes.json"
+    if not path.exists():
+        return []
+    processes: list[dict[str, Any]] = json.loads(path.read_text())
+    return processes
+
+
+def _start_device_managers(
+    expanded: Expanded,
+    addresses: list[str],
+    dm_port: int,
+    state_dir: Path,
+    kubeconfig: Path,
+    monitor_period: str,
+    started: list[_Started],
+) -> list[DeviceManagerEndpoint]:
+    """One ``device-manager serve --simulate`` per scenario Device Manager, on its address."""
+    logs = state_dir / "logs"
+    managers: list[DeviceManagerEndpoint] = []
+    for dm, address in zip(expanded.device_managers, addresses, strict=True):
+        proc_root = state_dir / "proc" / dm.node
+        if not proc_root.exists():
+            write_procfs(proc_root, dict(expanded.procs(dm.node)))
+        name = f"device-manager-{dm.node}-{dm.manufacturer}"
+        started.append(
+            _spawn(
+                name,
+                _command(
+                    "device-manager",
+                    "serve",
+                    "--simulate",
+                    str(dm.recording),
+                    "--manufacturer",
+                    dm.manufacturer,
+                    "--node-name",
+                    dm.node,
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--context",
+                    "device-manager",
+                    "--proc-root",
+                    str(proc_root),
+                    "--secure-port",
+                    str(dm_port),
+                    "--bind-address",
+                    address,
+                    "--monitor-period",
+                    monitor_period,
+                ),
+                logs,
+                env={"KUBERNETES_NODE_NAME": dm.node},
+            )
+        )
+        base = f"https://{address}:{dm_port}"
+        managers.append(
+            DeviceManagerEndpoint(
+                node=dm.node,
+                manufacturer=dm.manufacturer,
+                namespace=dm.namespace,
+                pod=dm.name,
+                address=f"{address}:{dm_port}",
+                metrics=f"{base}/metrics",
+                snapshot=f"{base}/monitor/snapshot",
+            )
+        )
+    return managers
+
+
+def up(
+    scenario: str,
+    state_dir: Path,
+    *,
+    monitor_period: str = "2s",
+    timeout: float = START_TIMEOUT,
+) -> Endpoints:
+    """Start everything for ``scenario``; return once all answer. ``UpError`` otherwise."""
+    state_dir = state_dir.resolve()
+    running = [p for p in _recorded(state_dir) if _alive(int(p["pid"]))]
+    if running:
+        raise UpError(
+            f"{state_dir} already runs {', '.join(p['name'] for p in running)}; "
+            f"run `gpustack-operator simulator down --state-dir {state_dir}` first"
+        )
+    path = find_scenario(scenario)
+    expanded = expand(load_scenario(path), base=RECORDINGS_DIR)
+    for stale in ("cluster", "proc", "logs", "worker-tls"):
+        shutil.rmtree(state_dir / stale, ignore_errors=True)
+    logs = state_dir / "logs"
+    logs.mkdir(parents=True)
+    for leftover in ("endpoints.json", "kubeconfig", "cluster.ready"):
+        (state_dir / leftover).unlink(missing_ok=True)
+
+    addresses = [f"127.0.0.{index + 2}" for index in range(len(expanded.device_managers))]
+    dm_port = _free_port(addresses or ["127.0.0.1"])
+    worker_port = _free_port(["127.0.0.1"])
+    worker_url = f"https://127.0.0.1:{worker_port}"
+    worker_tls = state_dir / "worker-tls"
+    worker_tls.mkdir()
+    self_signed(["127.0.0.1", "localhost"], worker_tls, organization="gpustack worker")
+
+    started: list[_Started] = []
+    deadline = time.monotonic() + timeout
+    try:
+        cluster_args = [
+            "simulator",
+            "cluster",
+            "--scenario",
+            str(path),
+            "--state-dir",
+            str(state_dir / "cluster"),
+            "--port",
+            "0",
+            "--ready-file",
+            str(state_dir / "cluster.ready"),
+            "--worker-url",
+            worker_url,
+            "--worker-ca",
+            str(worker_tls / "ca.crt"),
+        ]
+        for dm, address in zip(expanded.device_managers, addresses, strict=True):
+            cluster_args += ["--pod-address", f"{dm.namespace}/{dm.name}={address}:{dm_port}"]
+        cluster = _spawn("cluster", _command(*cluster_args), logs)
+        started.append(cluster)
+        ready_file = state_dir / "cluster.ready"
+        _wait(cluster, ready_file.exists, deadline, "its URL was written")
+        cluster_url = ready_file.read_text().strip()
+        kubeconfig = state_dir / "cluster" / "kubeconfig"
+        shutil.copyfile(kubeconfig, state_dir / "kubeconfig")
+        (state_dir / "kubeconfig").chmod(0o600)
+
+        managers = _start_device_managers(
+            expanded, addresses, dm_port, state_dir, kubeconfig, monitor_period, started
+        )
+        worker = _spawn(
+            "worker",
+            _command(
+                "worker",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--context",
+                "worker",
+                "--secure-port",
+                str(worker_port),
+                "--bind-address",
+                "127.0.0.1",
+                "--cert-dir",
+                str(worker_tls),
+            ),
+            logs,
+        )
+        started.append(worker)
+
+        for process, endpoint in zip(started[1:-1], managers, strict=True):
+            base = endpoint.metrics.removesuffix("/metrics")
+            _wait(process, lambda b=base: _ok(f"{b}/readyz"), deadline, "/readyz answered 200")
+            # Ready means a first sample; the first one with the node's Pods known (its slice
+            # section present) is what a user should be shown.
+            _wait(
+                process,
+                lambda e=endpoint: _has_slices(e.snapshot),
+                deadline,
+                "a sample with the node's Pods known",
+            )
+        _wait(worker, lambda: _ok(f"{worker_url}/readyz", verify=False), deadline, "/readyz")
+        token = next(u.token for u in expanded.users if u.name == "admin")
+        _wait(
+            cluster,
+            lambda: _ok(
+                cluster_url + WORKER_GROUP_VERSION,
+                verify=str(state_dir / "cluster" / "pki" / "ca.crt"),
+                headers={"Authorization": f"Bearer {token}"},
+            ),
+            deadline,
+            "the aggregator reached the worker",
+        )
+    except BaseException:
+        _stop([{"name": s.name, "pid": s.process.pid} for s in started])
+        raise
+    finally:
+        (state_dir / "processes.json").write_text(
+            json.dumps(
+                [
+                    {"name": s.name, "pid": s.process.pid, "log": str(s.log)}
+                    for s in started
+                    if s.process.poll() is None
+                ],
+                indent=2,
+            )
+        )
+
+    endpoints = Endpoints(
+        scenario=str(path),
+        cluster=cluster_url,
+        worker=worker_url,
+        kubeconfig=str(state_dir / "kubeconfig"),
+        device_managers=managers,
+    )
+    (state_dir / "endpoints.json").write_text(json.dumps(endpoints.to_json(), indent=2) + "\n")
+    return endpoints
+
+
+def _stop(processes: list[dict[str, Any]]) -> list[str]:
+    """SIGTERM each process group, wait, SIGKILL what is left; the names stopped."""
+    stopped = []
+    for entry in reversed(processes):  # the worker first, the stand-in last
+        try:
+            os.killpg(int(entry["pid"]), signal.SIGTERM)
+            stopped.append(str(entry["name"]))
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + STOP_TIMEOUT
+    for entry in processes:
+        pid = int(entry["pid"])
+        while _alive(pid) and time.monotonic() < deadline:
+            try:
+                waited, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                waited = 0  # not our child (down from another shell): poll until gone
+            if waited == pid:
+                break
+            time.sleep(0.05)
+        if _alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+    return stopped
+
+
+def down(state_dir: Path) -> list[str]:
+    """Stop what ``up`` started in ``state_dir``; the names of the processes it stopped."""
+    state_dir = state_dir.resolve()
+    processes = _recorded(state_dir)
+    stopped = _stop(processes)
+    (state_dir / "processes.json").unlink(missing_ok=True)
+    return stopped

@@ -1,0 +1,113 @@
+"""The running system for the local end-to-end suite: ``simulator up`` once, ``down`` at the end.
+
+The suite drives the product the way a user does — the console script in its own processes,
+kubectl against the stand-in, Prometheus discovering the Device Managers — so the fixture uses
+the same two commands a person would type, and reads ``endpoints.json`` for everything else.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from gpustack_simulator.up import Endpoints
+
+V1 = "/apis/worker.gpustack.ai/v1"
+
+
+def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``gpustack-operator …`` as a user runs it (same interpreter, so the same install)."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpustack_cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@dataclass
+class System:
+    """Everything ``simulator up`` reported, and clients speaking to it as its users."""
+
+    state_dir: Path
+    endpoints: Endpoints
+    tokens: dict[str, str]
+
+    @property
+    def ca(self) -> Path:
+        return self.state_dir / "cluster" / "pki" / "ca.crt"
+
+    def api(self, user: str = "admin") -> httpx.Client:
+        """An API client as ``user``: bearer token, the stand-in's CA verified."""
+        return httpx.Client(
+            base_url=self.endpoints.cluster,
+            verify=ssl.create_default_context(cafile=str(self.ca)),
+            headers={"Authorization": f"Bearer {self.tokens[user]}"},
+            timeout=30,
+            trust_env=False,
+        )
+
+    def metrics(self, namespace: str, name: str, user: str = "admin") -> httpx.Response:
+        with self.api(user) as client:
+            return client.get(f"{V1}/namespaces/{namespace}/instances/{name}/metrics")
+
+    def control(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """The stand-in's test control endpoint (clock, faults), as admin."""
+        with self.api() as client:
+            response = client.request(method, f"/simulator/v1/{path}", json=body)
+            response.raise_for_status()
+            return response.json() if response.content else None
+
+    def exposition(self, node: str, manufacturer: str) -> str:
+        dm = next(
+            d
+            for d in self.endpoints.device_managers
+            if d.node == node and d.manufacturer == manufacturer
+        )
+        return httpx.get(dm.metrics, verify=False, timeout=10, trust_env=False).text
+
+    def snapshot(self, node: str, manufacturer: str) -> dict[str, Any]:
+        dm = next(
+            d
+            for d in self.endpoints.device_managers
+            if d.node == node and d.manufacturer == manufacturer
+        )
+        body: dict[str, Any] = httpx.get(
+            dm.snapshot, verify=False, timeout=10, trust_env=False
+        ).json()
+        return body
+
+    def kubectl(self, *args: str, context: str = "admin") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["kubectl", "--kubeconfig", self.endpoints.kubeconfig, "--context", context, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "KUBECONFIG": ""},
+        )
+
+
+@pytest.fixture(scope="session")
+def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    state_dir = tmp_path_factory.mktemp("system")
+    started = cli("simulator", "up", "--state-dir", str(state_dir), "--monitor-period", "1s")
+    assert started.returncode == 0, f"simulator up failed:\n{started.stdout}\n{started.stderr}"
+    try:
+        document = yaml.safe_load((state_dir / "kubeconfig").read_text())
+        tokens = {u["name"]: u["user"]["token"] for u in document["users"]}
+        yield System(state_dir, Endpoints.load(state_dir), tokens)
+    finally:
+        stopped = cli("simulator", "down", "--state-dir", str(state_dir))
+        assert stopped.returncode == 0, stopped.stderr
