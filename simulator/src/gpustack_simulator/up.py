@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from gpustack_core.decoding import ContractError
 from gpustack_kube.certs import self_signed
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.scenario import (
@@ -40,7 +41,8 @@ from gpustack_simulator.scenario import (
     load_scenario,
 )
 
-START_TIMEOUT = 90.0
+START_TIMEOUT = 150.0
+"""Generous: six to ten Python processes start at once, and a 2-core CI runner is slow."""
 STOP_TIMEOUT = 10.0
 WORKER_GROUP_VERSION = "/apis/worker.gpustack.ai/v1"
 
@@ -192,6 +194,37 @@ def _recorded(state_dir: Path) -> list[dict[str, Any]]:
     return processes
 
 
+def _cluster_args(
+    path: Path,
+    state_dir: Path,
+    worker_url: str,
+    worker_tls: Path,
+    expanded: Expanded,
+    addresses: list[str],
+    dm_port: int,
+) -> list[str]:
+    """``simulator cluster``'s flags: where each Device Manager Pod listens, where the worker."""
+    cluster_args = [
+        "simulator",
+        "cluster",
+        "--scenario",
+        str(path),
+        "--state-dir",
+        str(state_dir / "cluster"),
+        "--port",
+        "0",
+        "--ready-file",
+        str(state_dir / "cluster.ready"),
+        "--worker-url",
+        worker_url,
+        "--worker-ca",
+        str(worker_tls / "ca.crt"),
+    ]
+    for dm, address in zip(expanded.device_managers, addresses, strict=True):
+        cluster_args += ["--pod-address", f"{dm.namespace}/{dm.name}={address}:{dm_port}"]
+    return cluster_args
+
+
 def _start_device_managers(
     expanded: Expanded,
     addresses: list[str],
@@ -268,8 +301,11 @@ def up(
             f"{state_dir} already runs {', '.join(p['name'] for p in running)}; "
             f"run `gpustack-operator simulator down --state-dir {state_dir}` first"
         )
-    path = find_scenario(scenario)
-    expanded = expand(load_scenario(path), base=RECORDINGS_DIR)
+    try:
+        path = find_scenario(scenario)
+        expanded = expand(load_scenario(path), base=RECORDINGS_DIR)
+    except (FileNotFoundError, ContractError) as exc:
+        raise UpError(str(exc)) from exc
     for stale in ("cluster", "proc", "logs", "worker-tls"):
         shutil.rmtree(state_dir / stale, ignore_errors=True)
     logs = state_dir / "logs"
@@ -288,24 +324,9 @@ def up(
     started: list[_Started] = []
     deadline = time.monotonic() + timeout
     try:
-        cluster_args = [
-            "simulator",
-            "cluster",
-            "--scenario",
-            str(path),
-            "--state-dir",
-            str(state_dir / "cluster"),
-            "--port",
-            "0",
-            "--ready-file",
-            str(state_dir / "cluster.ready"),
-            "--worker-url",
-            worker_url,
-            "--worker-ca",
-            str(worker_tls / "ca.crt"),
-        ]
-        for dm, address in zip(expanded.device_managers, addresses, strict=True):
-            cluster_args += ["--pod-address", f"{dm.namespace}/{dm.name}={address}:{dm_port}"]
+        cluster_args = _cluster_args(
+            path, state_dir, worker_url, worker_tls, expanded, addresses, dm_port
+        )
         cluster = _spawn("cluster", _command(*cluster_args), logs)
         started.append(cluster)
         ready_file = state_dir / "cluster.ready"

@@ -90,7 +90,7 @@ def _token(kubeconfig: Path, user: str) -> str:
     raise UpError(f"{kubeconfig} has no user {user!r}")
 
 
-def show(console: Console, reader: Reader, state_dir: Path) -> None:
+def show(console: Console, reader: Reader, state_dir: Path, *, once: bool = False) -> None:
     """One screen: the Instances' figures, an exporter excerpt, how to explore by hand."""
     rows, problems = reader.rows()
     stamp = time.strftime("%H:%M:%S")
@@ -100,9 +100,13 @@ def show(console: Console, reader: Reader, state_dir: Path) -> None:
         console.print(f"[yellow]{problem}[/yellow]")
     console.print("\n".join(reader.excerpt()), highlight=False, soft_wrap=True)
     kubeconfig = reader.endpoints.kubeconfig
+    lead = (
+        f"\nTo keep it running: gpustack-operator simulator up --state-dir {state_dir}; then:\n"
+        if once
+        else "\nExplore it with kubectl while the demo runs:\n"
+    )
     console.print(
-        "\nExplore it with kubectl while the demo runs:\n"
-        f"  kubectl --kubeconfig {kubeconfig} get --raw "
+        lead + f"  kubectl --kubeconfig {kubeconfig} get --raw "
         f"{V1}/namespaces/team-a/instances/qwen-a/metrics\n"
         f"  kubectl --kubeconfig {kubeconfig} --context no-metrics get --raw "
         f"{V1}/namespaces/team-a/instances/qwen-a/metrics   # 403: get instances/metrics\n"
@@ -122,6 +126,9 @@ def run_live_demo(state_dir: Path, *, once: bool, scenario: str = "demo") -> int
     except UpError as exc:
         console.print(f"[red]the demo did not come up:[/red] {exc}", highlight=False)
         return 1
+    except KeyboardInterrupt:  # `up` has stopped whatever it had started
+        console.print("interrupted while starting; everything is stopped")
+        return 130
     console.print(f"up in {time.monotonic() - started:.1f}s", highlight=False)
     reader = Reader(state_dir.resolve(), endpoints)
     try:
@@ -129,7 +136,7 @@ def run_live_demo(state_dir: Path, *, once: bool, scenario: str = "demo") -> int
         while len(reader.excerpt()) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)  # the exporter publishes after its first round
         while True:
-            show(console, reader, state_dir.resolve())
+            show(console, reader, state_dir.resolve(), once=once)
             if once:
                 return 0
             console.print(f"[dim]refreshing every {REFRESH_SECONDS:g}s; Ctrl-C stops[/dim]")

@@ -1,8 +1,7 @@
 """The single ``gpustack-operator`` console script.
 
-Each daemon is a subcommand so one image serves every role. Subcommands that belong to later
-milestones are present with their help text and fail with exit code 2 and a message saying so,
-rather than pretending to run.
+Each daemon is a subcommand so one image serves every role, and the simulator's commands sit
+beside them so the whole system can be run on one machine with the same entry point.
 """
 
 from __future__ import annotations
