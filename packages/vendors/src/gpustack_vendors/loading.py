@@ -10,11 +10,18 @@ import contextlib
 import importlib
 import io
 import types
+from collections.abc import Callable
 
 from gpustack_vendors.amd import AmdBackend
+from gpustack_vendors.ascend import AscendUnavailableError, open_ascend_backend
 from gpustack_vendors.bindings.rocm_smi import load_library
+from gpustack_vendors.cambricon import open_cambricon_backend
+from gpustack_vendors.hygon_loading import HygonUnavailableError, open_hygon_backend
+from gpustack_vendors.iluvatar import open_iluvatar_backend
+from gpustack_vendors.metax import open_metax_backend
 from gpustack_vendors.nvidia import NvidiaBackend
 from gpustack_vendors.protocol import Backend
+from gpustack_vendors.thead import TheadUnavailableError, open_thead_backend
 
 
 class LibraryUnavailableError(RuntimeError):
@@ -57,4 +64,38 @@ def open_backend(manufacturer: str) -> Backend:
             return AmdBackend(amdsmi, rocm_smi)
         except Exception as exc:
             raise LibraryUnavailableError(f"AMD SMI / ROCm SMI did not initialise: {exc}") from exc
-    raise LibraryUnavailableError(f"no backend for manufacturer {manufacturer!r} yet")
+    if manufacturer == "hygon":
+        try:
+            return open_hygon_backend()
+        except HygonUnavailableError as exc:
+            raise LibraryUnavailableError(str(exc)) from exc
+    if manufacturer == "ascend":
+        try:
+            return open_ascend_backend()
+        except AscendUnavailableError as exc:
+            raise LibraryUnavailableError(str(exc)) from exc
+    if manufacturer == "thead":
+        try:
+            return open_thead_backend()
+        except TheadUnavailableError as exc:
+            raise LibraryUnavailableError(str(exc)) from exc
+    return _open_ctypes_backend(manufacturer)
+
+
+_CTYPES_OPENERS: dict[str, Callable[[], Backend]] = {
+    "cambricon": open_cambricon_backend,
+    "metax": open_metax_backend,
+    "iluvatar": open_iluvatar_backend,
+}
+"""Backends over our own lazily loaded ctypes bindings: an absent library is an ``OSError``."""
+
+
+def _open_ctypes_backend(manufacturer: str) -> Backend:
+    """One of :data:`_CTYPES_OPENERS`; its load error names the library and every path tried."""
+    opener = _CTYPES_OPENERS.get(manufacturer)
+    if opener is None:
+        raise LibraryUnavailableError(f"no backend for manufacturer {manufacturer!r} yet")
+    try:
+        return opener()
+    except (OSError, RuntimeError) as exc:  # library absent, or present but failed to initialise
+        raise LibraryUnavailableError(str(exc)) from exc

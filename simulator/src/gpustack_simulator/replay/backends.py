@@ -6,7 +6,13 @@ import time
 
 from gpustack_simulator.recording import Recording
 from gpustack_simulator.replay import amdsmi_standin, pynvml_standin, rocm_smi_standin
+from gpustack_simulator.replay.cndev_standin import replay_backend as replay_cambricon
+from gpustack_simulator.replay.dcmi_standin import replay_backend as replay_ascend
 from gpustack_simulator.replay.engine import Clock
+from gpustack_simulator.replay.hgml_standin import replay_backend as replay_thead
+from gpustack_simulator.replay.hygon_standin import replay_backend as replay_hygon
+from gpustack_simulator.replay.ixml_standin import replay_backend as replay_iluvatar
+from gpustack_simulator.replay.mxsml_standin import replay_backend as replay_metax
 from gpustack_vendors.amd import AmdBackend
 from gpustack_vendors.nvidia import NvidiaBackend
 from gpustack_vendors.protocol import Backend
@@ -31,4 +37,16 @@ def replay_backend(recording: Recording, *, clock: Clock | None = None) -> Backe
             rocm_smi_standin.build_binding(recording, clock=clock),
             clock=time.monotonic if clock is None else clock,
         )
+    if recording.vendor == "hygon":
+        return replay_hygon(recording, clock=clock)
+    if recording.vendor == "ascend":
+        return replay_ascend(recording, clock=clock)
+    if recording.vendor == "thead":
+        return replay_thead(recording, clock=clock)
+    if recording.vendor == "cambricon":
+        return replay_cambricon(recording, clock=clock)
+    if recording.vendor == "metax":
+        return replay_metax(recording, clock=clock)
+    if recording.vendor == "iluvatar":
+        return replay_iluvatar(recording, clock=clock)
     raise UnsupportedRecording(f"no replay for vendor {recording.vendor!r} yet")

@@ -29,8 +29,20 @@ from gpustack_simulator.replay.rocm_smi_standin import RocmSmiCodec, as_module
 from gpustack_simulator.synth import amdsmi, nvml
 from gpustack_simulator.synth.amd_nodes import NODES as AMD_NODES
 from gpustack_simulator.synth.amdsmi import AmdNode
+from gpustack_simulator.synth.ascend_nodes import NODES as ASCEND_NODES
+from gpustack_simulator.synth.ascend_nodes import ascend_recording
+from gpustack_simulator.synth.cambricon_nodes import NODES as CAMBRICON_NODES
+from gpustack_simulator.synth.cambricon_nodes import cambricon_recording
+from gpustack_simulator.synth.hygon_nodes import NODES as HYGON_NODES
+from gpustack_simulator.synth.hygon_nodes import hygon_recording
+from gpustack_simulator.synth.iluvatar_nodes import NODES as ILUVATAR_NODES
+from gpustack_simulator.synth.iluvatar_nodes import iluvatar_recording
+from gpustack_simulator.synth.metax_nodes import NODES as METAX_NODES
+from gpustack_simulator.synth.metax_nodes import metax_recording
 from gpustack_simulator.synth.nvidia_nodes import NODES
 from gpustack_simulator.synth.nvml import Node
+from gpustack_simulator.synth.thead_nodes import NODES as THEAD_NODES
+from gpustack_simulator.synth.thead_nodes import thead_recording
 from gpustack_simulator.synth.timeline import NodeSpec, VirtualClock
 from gpustack_vendors.amd import AmdBackend
 from gpustack_vendors.bindings.rocm_smi import RocmSmi
@@ -140,6 +152,20 @@ def main(argv: list[str]) -> int:
     out = Path(argv[0]) if argv else Path("recordings")
     written = [(out / "nvidia" / spec.file, nvidia_recording(spec)) for spec in NODES]
     written += [(out / "amd" / spec.file, amd_recording(spec)) for spec in AMD_NODES]
+    written += [(out / "hygon" / spec.file, hygon_recording(spec)) for spec in HYGON_NODES]
+    written += [(out / "ascend" / spec.file, ascend_recording(spec)) for spec in ASCEND_NODES]
+    written += [(out / "thead" / spec.file, thead_recording(spec)) for spec in THEAD_NODES]
+    written += [
+        (out / "cambricon" / spec.file, cambricon_recording(spec, _synthesized))
+        for spec in CAMBRICON_NODES
+    ]
+    written += [
+        (out / "metax" / spec.file, metax_recording(spec, _synthesized)) for spec in METAX_NODES
+    ]
+    written += [
+        (out / "iluvatar" / spec.file, iluvatar_recording(spec, _synthesized))
+        for spec in ILUVATAR_NODES
+    ]
     for path, text in written:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -1,0 +1,305 @@
+"""Cambricon backend over CNDev (our binding ``gpustack_vendors.bindings.cndev``, or its replay).
+
+**Identity.** A card's id is ``MLU-`` plus the UUID ``cndevGetUUID`` writes, the spelling
+``cnmon``, the device plugin and the operator use. ``index`` is the CNDev index; every per-device
+call takes the ``int32`` handle ``cndevGetDeviceHandleByIndex`` returns for it, never the index.
+
+**Units**, converted here once:
+
+- ``cndevGetMemoryUsageV2`` reports "MB" that are MiB (read as MiB by the operator, ``cnmon`` and
+  gpustack-runtime), so card memory is taken as is.
+- ``cndevGetProcessInfo``'s ``physicalMemoryUsed`` is **KiB**. It is turned into bytes exactly
+  (× 1024), the unit the model carries, so the Device Manager sums a container's rows and rounds
+  the sum up to MiB once: 8389120 KiB reads 8193 MiB, never 8192.
+- Power is W, temperatures °C (``chip``, the chip-top maximum).
+
+**Per-process compute** is ``cndevGetProcessUtilization``'s ``ipuUtil``, a share of the card. The
+library emits a row only for a process that was busy in its sampling period, so a process the
+memory list names and the utilization list does not is an idle one: a measured 0 (the operator's
+reading). Rows come from the memory list; a PID only the utilization list names has exited since
+and is dropped. If only the utilization query answers, its PIDs are the rows, memory absent with
+its reason. Both queries have been exercised only against recorded payloads, never hardware.
+
+MIM and sMLU instances are not read here: :meth:`CambriconBackend.partitions` answers every id as
+unsupported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from gpustack_core.reasons import QueryReason
+from gpustack_vendors import errors
+from gpustack_vendors.bindings.cndev import (
+    CNDEV_ERROR_FUNCTION_NOT_FOUND,
+    CNDEV_ERROR_IN_USE,
+    CNDEV_ERROR_INSUFFICIENT_SPACE,
+    CNDEV_ERROR_LOW_DRIVER_VERSION,
+    CNDEV_ERROR_NO_PERMISSION,
+    CNDEV_ERROR_NOT_SUPPORTED,
+    CNDEV_ERROR_TIMEOUT,
+    CNDEV_ERROR_UNSUPPORTED_API_VERSION,
+    CNDEV_HEALTH_STATE_DEVICE_IN_PROBLEM,
+    CNDEV_VERSION_6,
+    CNDevError,
+    load_library,
+)
+from gpustack_vendors.model import (
+    CardSample,
+    Detection,
+    DeviceInfo,
+    DeviceProcesses,
+    PartitionSample,
+    ProcessRow,
+)
+from gpustack_vendors.pci import normalize_bus_id
+
+MANUFACTURER = "cambricon"
+KIB = 1024
+UUID_PREFIX = "MLU-"
+VERSION = CNDEV_VERSION_6
+"""The struct version stamped on every versioned call (recorded as the call's argument)."""
+
+CNDEV: Mapping[int, QueryReason] = {
+    CNDEV_ERROR_NOT_SUPPORTED: errors.U,
+    CNDEV_ERROR_UNSUPPORTED_API_VERSION: errors.U,
+    CNDEV_ERROR_LOW_DRIVER_VERSION: errors.U,
+    CNDEV_ERROR_FUNCTION_NOT_FOUND: errors.U,
+    CNDEV_ERROR_NO_PERMISSION: errors.P,
+    CNDEV_ERROR_TIMEOUT: errors.T,
+    CNDEV_ERROR_IN_USE: errors.T,
+    CNDEV_ERROR_INSUFFICIENT_SPACE: errors.X,
+}
+"""``cndevRet_t`` codes → reasons; anything unlisted is transient."""
+
+_T = TypeVar("_T")
+
+
+class CndevCallError(Exception):
+    """A CNDev call failed; carries the numeric code and the reason it maps to."""
+
+    def __init__(self, fn: str, code: int) -> None:
+        super().__init__(f"{fn}: CNDev error {code}")
+        self.fn = fn
+        self.code = code
+        self.reason = errors.reason(CNDEV, code)
+
+
+class CambriconBackend:
+    """Answers the Device Manager's questions through a CNDev binding it is handed."""
+
+    manufacturer = MANUFACTURER
+
+    def __init__(self, cndev: Any) -> None:
+        self._cndev = cndev
+        self._lock = threading.Lock()
+        self._cards: dict[str, int] = {}
+        self._call("cndevInit", 0)
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _call(self, fn: str, *args: Any) -> Any:
+        try:
+            return getattr(self._cndev, fn)(*args)
+        except CNDevError as exc:
+            raise CndevCallError(fn, int(exc.value)) from exc
+
+    def _maybe(self, fn: str, *args: Any, convert: Callable[[Any], _T]) -> _T | None:
+        """A figure that may be unsupported on this card: absent rather than fatal to the pass."""
+        try:
+            return convert(self._call(fn, *args))
+        except CndevCallError:
+            return None
+
+    # -- detection ---------------------------------------------------------------------------
+
+    def detect(self) -> Detection:
+        """Enumerate cards by handle; a card whose identity cannot be read is skipped, noted."""
+        notes: list[str] = []
+        devices: list[DeviceInfo] = []
+        cards: dict[str, int] = {}
+        for index in range(int(self._call("cndevGetDeviceCount", VERSION))):
+            try:
+                handle = int(self._call("cndevGetDeviceHandleByIndex", index))
+                uuid = UUID_PREFIX + _text(self._call("cndevGetUUID", handle, VERSION).uuid)
+            except CndevCallError as failure:
+                notes.append(f"MLU {index}: no identity, skipped ({failure})")
+                continue
+            memory_mib: int | None = 0
+            try:
+                memory_mib = _figure(
+                    self._call("cndevGetMemoryUsageV2", handle).physicalMemoryTotal
+                )
+            except CndevCallError as failure:
+                notes.append(f"{uuid}: memory unreadable ({failure})")
+            cards[uuid] = handle
+            devices.append(
+                DeviceInfo(
+                    id=uuid,
+                    index=index,
+                    name=self._maybe("cndevGetCardNameStringByDevId", handle, convert=str) or "MLU",
+                    memory_mib=memory_mib or 0,
+                    cores=None,
+                    driver_version=self._maybe(
+                        "cndevGetVersionInfo", handle, VERSION, convert=_driver_version
+                    )
+                    or "",
+                    runtime_version="",
+                    pci_bus_id=self._maybe("cndevGetPCIeInfoV2", handle, convert=_bus_id) or "",
+                    unhealthy=self._unhealthy(handle),
+                )
+            )
+        with self._lock:
+            self._cards = cards
+        return Detection(MANUFACTURER, tuple(devices), tuple(notes))
+
+    def _unhealthy(self, handle: int) -> bool:
+        """Only a health flag the library states as "in problem" marks the card; unread is not."""
+        state = self._maybe("cndevGetCardHealthState", handle, VERSION, convert=lambda s: s)
+        return state is not None and int(state.health) == CNDEV_HEALTH_STATE_DEVICE_IN_PROBLEM
+
+    def _known_cards(self) -> dict[str, int]:
+        with self._lock:
+            if self._cards:
+                return self._cards
+        self.detect()
+        with self._lock:
+            return self._cards
+
+    # -- sampling ----------------------------------------------------------------------------
+
+    def sample(self) -> list[CardSample]:
+        """Whole-card figures; a figure the card refuses or reports negative is absent."""
+        samples: list[CardSample] = []
+        for uuid, handle in self._known_cards().items():
+            total, used = 0, None
+            memory = self._maybe("cndevGetMemoryUsageV2", handle, convert=lambda m: m)
+            if memory is not None:
+                total = _figure(memory.physicalMemoryTotal) or 0
+                used = _figure(memory.physicalMemoryUsed)
+            samples.append(
+                CardSample(
+                    id=uuid,
+                    memory_total_mib=total,
+                    memory_used_mib=used,
+                    cores_utilization_percent=self._maybe(
+                        "cndevGetDeviceUtilizationInfo",
+                        handle,
+                        VERSION,
+                        convert=lambda u: _figure(u.averageCoreUtilization),
+                    ),
+                    temperature_celsius=self._maybe(
+                        "cndevGetTemperatureInfo", handle, VERSION, convert=lambda t: int(t.chip)
+                    ),
+                    power_watts=self._maybe(
+                        "cndevGetDevicePowerInfo", handle, convert=_power_watts
+                    ),
+                    unhealthy=self._unhealthy(handle),
+                )
+            )
+        return samples
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def processes(self, device_ids: Sequence[str]) -> dict[str, DeviceProcesses]:
+        """Memory from ``cndevGetProcessInfo`` (KiB → bytes), compute from ``ipuUtil``."""
+        cards = self._known_cards()
+        result: dict[str, DeviceProcesses] = {}
+        for device_id in device_ids:
+            handle = cards.get(device_id)
+            if handle is None:
+                result[device_id] = DeviceProcesses.unread(
+                    device_id, QueryReason.TRANSIENT_DRIVER_ERROR
+                )
+                continue
+            result[device_id] = self._device_processes(device_id, handle)
+        return result
+
+    def _device_processes(self, device_id: str, handle: int) -> DeviceProcesses:
+        memory: dict[int, int] | None = None
+        memory_reason: QueryReason | None = None
+        try:
+            memory = {}
+            for info in self._call("cndevGetProcessInfo", handle, VERSION):
+                memory.setdefault(int(info.pid), int(info.physicalMemoryUsed) * KIB)
+        except CndevCallError as failure:
+            memory, memory_reason = None, failure.reason
+        cores: dict[int, int] | None = None
+        cores_reason: QueryReason | None = None
+        try:
+            cores = {}
+            for util in self._call("cndevGetProcessUtilization", handle, VERSION):
+                cores.setdefault(int(util.pid), int(util.ipuUtil))
+        except CndevCallError as failure:
+            cores, cores_reason = None, failure.reason
+        pids = list(memory) if memory is not None else list(cores or {})
+        rows = tuple(
+            ProcessRow(
+                pid=pid,
+                memory_bytes=None if memory is None else memory[pid],
+                # No row for a listed PID: it was idle in the library's sampling period.
+                cores_percent=None if cores is None else cores.get(pid, 0),
+            )
+            for pid in pids
+        )
+        return DeviceProcesses(
+            device_id, rows=rows, memory_reason=memory_reason, cores_reason=cores_reason
+        )
+
+    # -- partitions --------------------------------------------------------------------------
+
+    def partitions(self, partition_ids: Sequence[str]) -> dict[str, PartitionSample]:
+        """MIM and sMLU instances are not read by this backend: every id is unsupported."""
+        return {
+            partition_id: PartitionSample.unread(
+                partition_id, QueryReason.UNSUPPORTED, QueryReason.UNSUPPORTED
+            )
+            for partition_id in partition_ids
+        }
+
+    def close(self) -> None:
+        """Release CNDev; errors here change nothing for the caller."""
+        with contextlib.suppress(CndevCallError):
+            self._call("cndevRelease")
+
+
+def _text(value: Any) -> str:
+    """A ``char[]`` field as the binding or its replay returns it (bytes or str)."""
+    if isinstance(value, bytes):
+        return value.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _figure(value: Any) -> int | None:
+    """A count the library reports signed; a negative one is a sentinel, not a measurement."""
+    number = int(value)
+    return None if number < 0 else number
+
+
+def _driver_version(info: Any) -> str:
+    return f"{info.driverMajorVersion}.{info.driverMinorVersion}.{info.driverBuildVersion}"
+
+
+def _bus_id(info: Any) -> str:
+    return normalize_bus_id(f"{info.domain:04x}:{info.bus:02x}:{info.device:02x}.{info.function:x}")
+
+
+def _power_watts(info: Any) -> float | None:
+    watts = _figure(info.usage)
+    return None if watts is None else float(watts)
+
+
+def open_cambricon_backend(paths: Sequence[str] | None = None) -> CambriconBackend:
+    """Load ``libcndev.so`` (``paths``, else the binding's usual search) and initialise it.
+
+    Raises the binding's ``OSError`` naming every path tried when the library is absent, and
+    ``RuntimeError`` when it loads but ``cndevInit`` fails.
+    """
+    binding = load_library(paths)
+    try:
+        return CambriconBackend(binding)
+    except CndevCallError as exc:
+        raise RuntimeError(f"CNDev did not initialise: {exc}") from exc

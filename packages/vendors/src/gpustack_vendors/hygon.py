@@ -1,0 +1,495 @@
+"""Hygon DCU backend: Hygon's ROCm SMI fork for cards and processes, ``libhydmi_mig`` for MIG.
+
+**Identity.** A card's id is ``GPU-<unique id in hex>``, the UUID ``rocminfo`` prints for the
+agent and the key the reference operator resolves a card by; ``index`` is ROCm SMI's index,
+the ordinal ``hy-smi -d`` uses. A partition's id is ``MIG-<uuid>``, the value a container
+selects it with (``DMI_MIG_VISIBLE_DEVICE``), read from the driver's instance registry because
+the library has no UUID getter; its ``slot`` is its GPU instance's first slice (the placement
+start), unique on its card, since GI ids are driver-assigned and say nothing about placement.
+
+**Units**, converted here once: ROCm SMI memory is bytes (card figures rounded up to MiB,
+process rows kept in bytes, see ``model.py``), temperature millidegrees, power microwatts;
+``libhydmi_mig`` memory is bytes on a handle, MiB in a profile.
+
+**Compute, two entry points.** A process's compute is ROCm SMI's ``cu_occupancy``: the share of
+the card's CUs its waves occupy, which a driver may not measure at all. Then every process on
+the card answers the sentinel ``CU_OCCUPANCY_INVALID``; compute is absent for the whole card
+with reason ``unsupported`` and memory is unaffected (never a zero, which would read as idle).
+A partition's compute is read on **the partition's own handle**
+(``nvmlDeviceGetUtilizationRates``) and does not go through ``cu_occupancy`` at all: a
+partition running a kernel was measured at 85 % while its idle siblings on the same card read
+0. That is why a Hygon partition reports compute where NVIDIA's does not.
+
+**MIG is node-wide.** One ``nvmlGetSystemMigMode`` per detection decides for every card; with
+it on, each card's partitions are found by sweeping the node-global MIG index space and
+attributed by their GPU instance's parent handle. A node without ``libhydmi_mig`` (older DTK)
+is served without partitions, and detection says so in a note.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from gpustack_core.reasons import QueryReason
+from gpustack_core.units import bytes_to_mib
+from gpustack_vendors import errors
+from gpustack_vendors.bindings.hydmi import (
+    CONF_NAME,
+    DMI_DEVICE_MIG_ENABLE,
+    DMI_ERROR_INVALID_ARGUMENT,
+    DMI_ERROR_NOT_FOUND,
+    DMI_ERROR_NOT_SUPPORTED,
+    DMI_GPU_INSTANCE_PROFILE_COUNT,
+    MIG_UUID_PREFIX,
+    HyDmiError,
+)
+from gpustack_vendors.bindings.hygon_rocm_smi import (
+    RSMI_MEM_TYPE_VRAM,
+    RSMI_SW_COMP_DRIVER,
+    RSMI_TEMP_CURRENT,
+    RSMI_TEMP_TYPE_EDGE,
+    RSMI_TEMP_TYPE_JUNCTION,
+    RSMI_TEMP_TYPE_MEMORY,
+)
+from gpustack_vendors.bindings.rocm_smi import (
+    CU_OCCUPANCY_INVALID,
+    RSMI_STATUS_NOT_FOUND,
+    ROCMSMIError,
+    pci_address,
+)
+from gpustack_vendors.model import (
+    CardSample,
+    Detection,
+    DeviceInfo,
+    DeviceProcesses,
+    PartitionInfo,
+    PartitionSample,
+    ProcessRow,
+)
+from gpustack_vendors.pci import normalize_bus_id
+
+MANUFACTURER = "hygon"
+
+TEMPERATURE_SENSORS = (RSMI_TEMP_TYPE_EDGE, RSMI_TEMP_TYPE_JUNCTION, RSMI_TEMP_TYPE_MEMORY)
+"""Tried in order, the first that answers wins, as gpustack's wrapper reads a DCU."""
+
+EMPTY_SLOT = frozenset({DMI_ERROR_NOT_FOUND, DMI_ERROR_NOT_SUPPORTED, DMI_ERROR_INVALID_ARGUMENT})
+"""What the library answers for a MIG index that is not this card's, or a profile index a card
+does not offer: routine gaps in a sweep, not faults."""
+
+_PROFILE_PREFIX = re.compile(r"^MIG\s+")
+
+
+class HygonCallError(Exception):
+    """A call into either library failed; carries the numeric code and its reason."""
+
+    def __init__(self, library: str, fn: str, code: int, table: Mapping[int, QueryReason]) -> None:
+        super().__init__(f"{fn}: {library} error {code}")
+        self.library = library
+        self.fn = fn
+        self.code = code
+        self.reason = errors.reason(table, code)
+
+
+@dataclass(frozen=True)
+class _Card:
+    index: int
+    bus_id: str
+
+
+@dataclass(frozen=True)
+class _Partition:
+    parent_id: str
+    handle: Any
+
+
+@dataclass(frozen=True)
+class _Profile:
+    name: str
+    cu_count: int
+    gi_count_max: int
+
+
+class _Rows(NamedTuple):
+    rows: tuple[ProcessRow, ...] = ()
+    memory_reason: QueryReason | None = None
+    cores_reason: QueryReason | None = None
+
+
+class HygonBackend:
+    """Answers the Device Manager's questions through the two bindings it is handed.
+
+    ``dmi`` is ``None`` where ``libhydmi_mig`` could not be loaded; ``dmi_missing`` then says
+    why, and detection repeats it as a note.
+    """
+
+    manufacturer = MANUFACTURER
+
+    def __init__(self, rocm_smi: Any, dmi: Any | None, *, dmi_missing: str = "") -> None:
+        self._rocm_smi = rocm_smi
+        self._dmi = dmi
+        self._dmi_missing = dmi_missing
+        self._lock = threading.Lock()
+        self._cards: dict[str, _Card] = {}
+        self._partitions: dict[str, _Partition] = {}
+        self._rocm("rsmi_init", 0)
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _rocm(self, fn: str, *args: Any) -> Any:
+        try:
+            return getattr(self._rocm_smi, fn)(*args)
+        except ROCMSMIError as exc:
+            raise HygonCallError("ROCm SMI", fn, int(exc.value), errors.ROCM_SMI) from exc
+
+    def _mig(self, fn: str, *args: Any) -> Any:
+        if self._dmi is None:
+            raise HygonCallError("libhydmi_mig", fn, 12, errors.NVML)  # LIBRARY_NOT_FOUND
+        try:
+            return getattr(self._dmi, fn)(*args)
+        except HyDmiError as exc:
+            # The library speaks NVML's return enum verbatim, so NVML's table reads it.
+            raise HygonCallError("libhydmi_mig", fn, int(exc.value), errors.NVML) from exc
+
+    @staticmethod
+    def _quietly(call: Callable[..., Any], fn: str, *args: Any) -> Any:
+        """A figure the card may not serve: absent rather than fatal to the pass."""
+        try:
+            return call(fn, *args)
+        except HygonCallError:
+            return None
+
+    # -- detection ---------------------------------------------------------------------------
+
+    def detect(self) -> Detection:
+        """Enumerate ROCm SMI's cards; with the node in MIG mode, each card's partitions."""
+        notes: list[str] = []
+        driver = self._quietly(self._rocm, "rsmi_version_str_get", RSMI_SW_COMP_DRIVER)
+        mig = self._mig_state(notes)
+        devices: list[DeviceInfo] = []
+        cards: dict[str, _Card] = {}
+        partitions: dict[str, _Partition] = {}
+        for index in range(int(self._rocm("rsmi_num_monitor_devices"))):
+            try:
+                card_id = f"GPU-{int(self._rocm('rsmi_dev_unique_id_get', index)):x}"
+                bus_id = normalize_bus_id(
+                    pci_address(int(self._rocm("rsmi_dev_pci_id_get", index)))
+                )
+            except HygonCallError as failure:
+                notes.append(f"device {index}: no unique id or PCI address, so no id ({failure})")
+                continue
+            memory_mib = 0
+            try:
+                total = self._rocm("rsmi_dev_memory_total_get", index, RSMI_MEM_TYPE_VRAM)
+                memory_mib = bytes_to_mib(int(total))
+            except HygonCallError as failure:
+                notes.append(f"{card_id}: memory unreadable ({failure})")
+            cores: int | None = None
+            found: list[tuple[PartitionInfo, Any]] = []
+            if mig is not None:
+                cores, found = self._detect_partitions(card_id, bus_id, mig, notes)
+            partitions.update({p.id: _Partition(card_id, handle) for p, handle in found})
+            cards[card_id] = _Card(index, bus_id)
+            devices.append(
+                DeviceInfo(
+                    id=card_id,
+                    index=index,
+                    name=str(self._quietly(self._rocm, "rsmi_dev_name_get", index) or ""),
+                    memory_mib=memory_mib,
+                    cores=cores,
+                    driver_version=str(driver or ""),
+                    runtime_version="",
+                    pci_bus_id=bus_id,
+                    unhealthy=False,
+                    partitions=tuple(p for p, _ in found),
+                )
+            )
+        with self._lock:
+            self._cards, self._partitions = cards, partitions
+        return Detection(MANUFACTURER, tuple(devices), tuple(notes))
+
+    def _mig_state(self, notes: list[str]) -> _MigState | None:
+        """The node's MIG mode, once per pass; ``None`` when off or unreadable."""
+        if self._dmi is None:
+            notes.append(f"no partitions: libhydmi_mig not loaded ({self._dmi_missing})")
+            return None
+        try:
+            current, _ = self._mig("nvmlGetSystemMigMode")
+            if int(current) != DMI_DEVICE_MIG_ENABLE:
+                return None
+            count = int(self._mig("nvmlDeviceGetCount"))
+            registry = _parse_registry(self._mig("dmi_mig_registry"))
+        except HygonCallError as failure:
+            notes.append(f"no partitions: MIG state unreadable ({failure})")
+            return None
+        return _MigState(count, registry)
+
+    def _detect_partitions(
+        self, card_id: str, bus_id: str, mig: _MigState, notes: list[str]
+    ) -> tuple[int | None, list[tuple[PartitionInfo, Any]]]:
+        """The card's CU count (from its profiles) and its partitions with their own handles."""
+        try:
+            card = self._mig("nvmlDeviceGetHandleByPciBusId", bus_id)
+            dmi_index = int(self._mig("nvmlDeviceGetIndex", card))
+            slots = int(self._mig("nvmlDeviceGetMaxMigDeviceCount", card))
+        except HygonCallError as failure:
+            notes.append(f"{card_id}: not reachable through libhydmi_mig ({failure})")
+            return None, []
+        profiles = self._profiles(card)
+        cores = max((p.cu_count * p.gi_count_max for p in profiles.values()), default=None)
+        found: list[tuple[PartitionInfo, Any]] = []
+        for index in range(slots * mig.cards):
+            if len(found) >= slots:
+                break
+            try:
+                handle = self._mig("nvmlDeviceGetMigDeviceHandleByIndex", card, index)
+            except HygonCallError as failure:
+                if failure.code not in EMPTY_SLOT:
+                    notes.append(f"{card_id}: MIG index {index} unreadable ({failure})")
+                continue
+            partition = self._partition(card_id, card, dmi_index, handle, profiles, mig, notes)
+            if partition is not None:
+                found.append((partition, handle))
+        return cores, found
+
+    def _profiles(self, card: Any) -> dict[int, _Profile]:
+        """The card's GPU-instance profiles by profile id; unsupported indices are gaps."""
+        profiles: dict[int, _Profile] = {}
+        for index in range(DMI_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = self._mig("nvmlDeviceGetGpuInstanceProfileInfo", card, index)
+            except HygonCallError:
+                continue
+            name = info.name.decode(errors="replace") if isinstance(info.name, bytes) else ""
+            profiles[int(info.id)] = _Profile(
+                _PROFILE_PREFIX.sub("", name.strip()), int(info.cu_count), int(info.gi_count_max)
+            )
+        return profiles
+
+    def _partition(
+        self,
+        card_id: str,
+        card: Any,
+        dmi_index: int,
+        handle: Any,
+        profiles: Mapping[int, _Profile],
+        mig: _MigState,
+        notes: list[str],
+    ) -> PartitionInfo | None:
+        """One MIG device, named and sized on its own handle; ``None`` when it cannot be."""
+        try:
+            gpu_instance = int(self._mig("nvmlDeviceGetGpuInstanceId", handle))
+            compute_instance = int(self._mig("nvmlDeviceGetComputeInstanceId", handle))
+            info = self._mig(
+                "nvmlGpuInstanceGetInfo",
+                self._mig("nvmlDeviceGetGpuInstanceById", card, gpu_instance),
+            )
+            if info.device != card.value:
+                return None  # another card's instance: the index space is node-global
+            total = int(self._mig("nvmlDeviceGetMemoryInfo", handle).total)
+        except HygonCallError as failure:
+            notes.append(f"{card_id}: a MIG device is unreadable ({failure})")
+            return None
+        uuid = mig.registry.get((dmi_index, gpu_instance, compute_instance))
+        if uuid is None:
+            notes.append(
+                f"{card_id}: GI {gpu_instance} CI {compute_instance} has no "
+                f"dev{dmi_index}gi{gpu_instance}ci{compute_instance}.conf, so no id"
+            )
+            return None
+        profile = profiles.get(int(info.profile_id))
+        return PartitionInfo(
+            id=MIG_UUID_PREFIX + uuid,
+            parent_id=card_id,
+            slot=int(info.placement.start),
+            profile=profile.name if profile else "",
+            memory_mib=bytes_to_mib(total),
+            cores=profile.cu_count if profile else None,
+        )
+
+    def _known(self) -> tuple[dict[str, _Card], dict[str, _Partition]]:
+        with self._lock:
+            if self._cards:
+                return self._cards, self._partitions
+        self.detect()
+        with self._lock:
+            return self._cards, self._partitions
+
+    # -- sampling ----------------------------------------------------------------------------
+
+    def sample(self) -> list[CardSample]:
+        """Whole-card figures from ROCm SMI; a figure the card refuses is absent."""
+        cards, _ = self._known()
+        samples: list[CardSample] = []
+        for card_id, card in cards.items():
+            total = self._quietly(
+                self._rocm, "rsmi_dev_memory_total_get", card.index, RSMI_MEM_TYPE_VRAM
+            )
+            used = self._quietly(
+                self._rocm, "rsmi_dev_memory_usage_get", card.index, RSMI_MEM_TYPE_VRAM
+            )
+            busy = self._quietly(self._rocm, "rsmi_dev_busy_percent_get", card.index)
+            power = self._quietly(self._rocm, "rsmi_dev_power_ave_get", card.index, 0)
+            samples.append(
+                CardSample(
+                    id=card_id,
+                    memory_total_mib=0 if total is None else bytes_to_mib(int(total)),
+                    memory_used_mib=None if used is None else bytes_to_mib(int(used)),
+                    cores_utilization_percent=None if busy is None else int(busy),
+                    temperature_celsius=self._temperature(card.index),
+                    power_watts=None if power is None else int(power) / 1_000_000,
+                    unhealthy=False,
+                )
+            )
+        return samples
+
+    def _temperature(self, index: int) -> int | None:
+        """The first sensor that answers, millidegrees to whole degrees."""
+        for sensor in TEMPERATURE_SENSORS:
+            value = self._quietly(
+                self._rocm, "rsmi_dev_temp_metric_get", index, sensor, RSMI_TEMP_CURRENT
+            )
+            if value is not None:
+                return round(int(value) / 1000)
+        return None
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def processes(self, device_ids: Sequence[str]) -> dict[str, DeviceProcesses]:
+        """ROCm SMI's rows for the requested cards, one node-wide process list per call.
+
+        A card whose driver does not measure ``cu_occupancy`` answers the sentinel: compute is
+        then absent for the whole card with reason ``unsupported``, memory unaffected.
+        """
+        cards, _ = self._known()
+        result: dict[str, DeviceProcesses] = {}
+        wanted = [(d, cards.get(d)) for d in device_ids]
+        listed: dict[int, tuple[int, ...]] | HygonCallError | None = None
+        for device_id, card in wanted:
+            if card is None:
+                result[device_id] = DeviceProcesses.unread(
+                    device_id, QueryReason.TRANSIENT_DRIVER_ERROR
+                )
+                continue
+            if listed is None:
+                listed = self._process_devices()
+            if isinstance(listed, HygonCallError):
+                result[device_id] = DeviceProcesses.unread(device_id, listed.reason)
+                continue
+            rows = self._device_rows(listed, card.index)
+            result[device_id] = DeviceProcesses(
+                device_id,
+                rows=rows.rows,
+                memory_reason=rows.memory_reason,
+                cores_reason=rows.cores_reason,
+            )
+        return result
+
+    def _process_devices(self) -> dict[int, tuple[int, ...]] | HygonCallError:
+        """Every compute process and the device indices it uses, or why that is unknown."""
+        try:
+            processes = self._rocm("rsmi_compute_process_info_get")
+        except HygonCallError as failure:
+            return failure
+        devices_of: dict[int, tuple[int, ...]] = {}
+        for info in processes:
+            pid = int(info.process_id)
+            try:
+                devices_of[pid] = tuple(
+                    int(i) for i in self._rocm("rsmi_compute_process_gpus_get", pid)
+                )
+            except HygonCallError as failure:
+                if failure.code == RSMI_STATUS_NOT_FOUND:
+                    continue  # exited since the list was read
+                # A process whose devices are unknown could be on any card: every card's sum
+                # would be short, so none is published.
+                return failure
+        return devices_of
+
+    def _device_rows(self, devices_of: Mapping[int, tuple[int, ...]], index: int) -> _Rows:
+        read: list[tuple[int, int, int]] = []
+        for pid, indices in devices_of.items():
+            if index not in indices:
+                continue
+            try:
+                info = self._rocm("rsmi_compute_process_info_by_device_get", pid, index)
+            except HygonCallError as failure:
+                if failure.code == RSMI_STATUS_NOT_FOUND:
+                    continue  # exited between the list and this read
+                return _Rows(memory_reason=failure.reason, cores_reason=failure.reason)
+            read.append((pid, int(info.vram_usage), int(info.cu_occupancy)))
+        unmeasured = any(cu == CU_OCCUPANCY_INVALID for _, _, cu in read)
+        rows = tuple(
+            ProcessRow(pid=pid, memory_bytes=vram, cores_percent=None if unmeasured else cu)
+            for pid, vram, cu in read
+        )
+        return _Rows(rows, cores_reason=QueryReason.UNSUPPORTED if unmeasured else None)
+
+    # -- partitions --------------------------------------------------------------------------
+
+    def partitions(self, partition_ids: Sequence[str]) -> dict[str, PartitionSample]:
+        """Memory and compute of each partition, both read on the partition's own handle."""
+        _, partitions = self._known()
+        result: dict[str, PartitionSample] = {}
+        for partition_id in partition_ids:
+            found = partitions.get(partition_id)
+            if found is None:
+                # This library does serve partition compute, so its absence here is the same
+                # transient gap as memory's, not a capability.
+                result[partition_id] = PartitionSample.unread(
+                    partition_id,
+                    QueryReason.TRANSIENT_DRIVER_ERROR,
+                    QueryReason.TRANSIENT_DRIVER_ERROR,
+                )
+                continue
+            total = used = cores = None
+            memory_reason = cores_reason = None
+            try:
+                memory = self._mig("nvmlDeviceGetMemoryInfo", found.handle)
+                total, used = bytes_to_mib(int(memory.total)), bytes_to_mib(int(memory.used))
+            except HygonCallError as failure:
+                memory_reason = failure.reason
+            try:
+                cores = int(self._mig("nvmlDeviceGetUtilizationRates", found.handle).gpu)
+            except HygonCallError as failure:
+                cores_reason = failure.reason
+            result[partition_id] = PartitionSample(
+                partition_id,
+                found.parent_id,
+                memory_total_mib=total,
+                memory_used_mib=used,
+                cores_utilization_percent=cores,
+                memory_reason=memory_reason,
+                cores_reason=cores_reason,
+            )
+        return result
+
+    def close(self) -> None:
+        """Shut ROCm SMI down (``libhydmi_mig`` has no shutdown); errors change nothing."""
+        self._quietly(self._rocm, "rsmi_shut_down")
+
+
+@dataclass(frozen=True)
+class _MigState:
+    cards: int
+    """``nvmlDeviceGetCount``: with each card's maximum, bounds the node-global index sweep."""
+    registry: Mapping[tuple[int, int, int], str]
+    """``(DMI index, GI id, CI id)`` → instance UUID, from ``/etc/dmi_mig_config/ci``."""
+
+
+def _parse_registry(files: Any) -> dict[tuple[int, int, int], str]:
+    """Conf file names → the three numbers they encode; other names are not instances."""
+    registry: dict[tuple[int, int, int], str] = {}
+    if not isinstance(files, Mapping):
+        return registry
+    for name, uuid in files.items():
+        match = CONF_NAME.match(str(name))
+        if match is None or not uuid:
+            continue
+        key = (int(match[1]), int(match[2]), int(match[3]))
+        registry[key] = str(uuid).removeprefix(MIG_UUID_PREFIX)
+    return registry

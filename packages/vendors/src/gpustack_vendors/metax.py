@@ -1,0 +1,288 @@
+"""MetaX backend over MXSML (our binding ``gpustack_vendors.bindings.mxsml``, or its replay).
+
+**Identity.** A card's id is the UUID ``mxSmlGetDeviceInfo`` reports; ``index`` is the MXSML
+device index, which every call takes. VFs (virtualization mode VF) belong to guests and are not
+reported.
+
+**Units**, converted here once:
+
+- ``mxSmlGetMemoryInfo`` is KiB: ``vramTotal`` and ``vramUse`` become MiB rounded up.
+- Process ``gpuMemoryUsage`` is bytes (``MxSml.h``; a C600-A process holding an allocation read
+  16 MiB here and in ``mx-smi --show-process``) and stays bytes.
+- Board power is the sum of every rail's mW, in W.
+- The hotspot temperature is hundredths of a degree: divided by 100 and floored, as
+  gpustack-runtime does. (The operator publishes it raw; a C500 capture reading 36 °C through the
+  runtime is what settles the scale.)
+
+**Per-process memory** is ``mxSmlGetSingleGpuProcess_v3`` for the device, and of each process's
+device entries only the one whose ``gpuId`` is this device's **index**; ``mxSmlDeviceInfo_t``'s
+``gpuId`` is the physical id and never matches a row (the operator's first hardware run matched
+it and read every card as idle). **Per-process compute** does not exist in MXSML: it is
+``unsupported`` on every device, a capability rather than a fault.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from gpustack_core.reasons import QueryReason
+from gpustack_core.units import ceil_div
+from gpustack_vendors import errors
+from gpustack_vendors.bindings.mxsml import (
+    MAX_GPU_NUM_USED_BY_PROCESS,
+    MXSML_ERROR_BUSY_DEVICE,
+    MXSML_ERROR_FLR_NOT_READY,
+    MXSML_ERROR_FUNCTION_NOT_FOUND,
+    MXSML_ERROR_INSUFFICIENT_SIZE,
+    MXSML_ERROR_OPERATION_NOT_SUPPORT,
+    MXSML_ERROR_PERMISSION_DENIED,
+    MXSML_TEMPERATURE_HOTSPOT,
+    MXSML_USAGE_XCORE,
+    MXSML_VERSION_DRIVER,
+    MXSML_VIRTUALIZATION_MODE_VF,
+    MXSMLError,
+    load_library,
+)
+from gpustack_vendors.model import (
+    CardSample,
+    Detection,
+    DeviceInfo,
+    DeviceProcesses,
+    PartitionSample,
+    ProcessRow,
+)
+from gpustack_vendors.pci import normalize_bus_id
+
+MANUFACTURER = "metax"
+KIB_PER_MIB = 1024
+HOTSPOT_SCALE = 100
+"""``mxSmlGetTemperatureInfo(…, MXSML_TEMPERATURE_HOTSPOT)`` answers hundredths of a degree."""
+
+MXSML: Mapping[int, QueryReason] = {
+    MXSML_ERROR_OPERATION_NOT_SUPPORT: errors.U,
+    MXSML_ERROR_FUNCTION_NOT_FOUND: errors.U,
+    MXSML_ERROR_PERMISSION_DENIED: errors.P,
+    MXSML_ERROR_BUSY_DEVICE: errors.T,
+    MXSML_ERROR_FLR_NOT_READY: errors.T,
+    MXSML_ERROR_INSUFFICIENT_SIZE: errors.X,
+}
+"""``mxSmlReturn_t`` codes → reasons; anything unlisted is transient."""
+
+_T = TypeVar("_T")
+
+
+class MxsmlCallError(Exception):
+    """An MXSML call failed; carries the numeric code and the reason it maps to."""
+
+    def __init__(self, fn: str, code: int) -> None:
+        super().__init__(f"{fn}: MXSML error {code}")
+        self.fn = fn
+        self.code = code
+        self.reason = errors.reason(MXSML, code)
+
+
+class MetaxBackend:
+    """Answers the Device Manager's questions through an MXSML binding it is handed."""
+
+    manufacturer = MANUFACTURER
+
+    def __init__(self, mxsml: Any) -> None:
+        self._mxsml = mxsml
+        self._lock = threading.Lock()
+        self._cards: dict[str, int] = {}
+        self._call("mxSmlInit")
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _call(self, fn: str, *args: Any) -> Any:
+        try:
+            return getattr(self._mxsml, fn)(*args)
+        except MXSMLError as exc:
+            raise MxsmlCallError(fn, int(exc.value)) from exc
+
+    def _maybe(self, fn: str, *args: Any, convert: Callable[[Any], _T]) -> _T | None:
+        """A figure that may be unsupported on this card: absent rather than fatal to the pass."""
+        try:
+            return convert(self._call(fn, *args))
+        except MxsmlCallError:
+            return None
+
+    # -- detection ---------------------------------------------------------------------------
+
+    def detect(self) -> Detection:
+        """Enumerate physical devices by index; a device whose identity fails is skipped, noted."""
+        notes: list[str] = []
+        devices: list[DeviceInfo] = []
+        cards: dict[str, int] = {}
+        count = int(self._call("mxSmlGetDeviceCount"))
+        driver = ""
+        if count:
+            driver = (
+                self._maybe("mxSmlGetDeviceVersion", 0, MXSML_VERSION_DRIVER, convert=str) or ""
+            )
+        maca = self._maybe("mxSmlGetMacaVersion", convert=str) or ""
+        for index in range(count):
+            try:
+                info = self._call("mxSmlGetDeviceInfo", index)
+            except MxsmlCallError as failure:
+                notes.append(f"device {index}: no identity, skipped ({failure})")
+                continue
+            if int(info.mode) == MXSML_VIRTUALIZATION_MODE_VF:
+                continue
+            uuid = _text(info.uuid)
+            memory_mib = 0
+            try:
+                memory_mib = _mib(self._call("mxSmlGetMemoryInfo", index).vramTotal) or 0
+            except MxsmlCallError as failure:
+                notes.append(f"{uuid}: memory unreadable ({failure})")
+            cards[uuid] = index
+            devices.append(
+                DeviceInfo(
+                    id=uuid,
+                    index=index,
+                    name=_text(info.deviceName) or "MetaX GPU",
+                    memory_mib=memory_mib,
+                    cores=None,
+                    driver_version=driver,
+                    runtime_version=maca,
+                    pci_bus_id=normalize_bus_id(_text(info.bdfId)),
+                    unhealthy=False,
+                )
+            )
+        with self._lock:
+            self._cards = cards
+        return Detection(MANUFACTURER, tuple(devices), tuple(notes))
+
+    def _known_cards(self) -> dict[str, int]:
+        with self._lock:
+            if self._cards:
+                return self._cards
+        self.detect()
+        with self._lock:
+            return self._cards
+
+    # -- sampling ----------------------------------------------------------------------------
+
+    def sample(self) -> list[CardSample]:
+        """Whole-card figures in MiB, %, °C and W; a refused figure is absent."""
+        samples: list[CardSample] = []
+        for uuid, index in self._known_cards().items():
+            total, used = 0, None
+            memory = self._maybe("mxSmlGetMemoryInfo", index, convert=lambda m: m)
+            if memory is not None:
+                total = _mib(memory.vramTotal) or 0
+                used = _mib(memory.vramUse)
+            samples.append(
+                CardSample(
+                    id=uuid,
+                    memory_total_mib=total,
+                    memory_used_mib=used,
+                    cores_utilization_percent=self._maybe(
+                        "mxSmlGetDeviceIpUsage", index, MXSML_USAGE_XCORE, convert=_percent
+                    ),
+                    temperature_celsius=self._maybe(
+                        "mxSmlGetTemperatureInfo",
+                        index,
+                        MXSML_TEMPERATURE_HOTSPOT,
+                        convert=lambda raw: int(raw) // HOTSPOT_SCALE,
+                    ),
+                    power_watts=self._maybe("mxSmlGetBoardPowerInfo", index, convert=_power_watts),
+                    unhealthy=False,
+                )
+            )
+        return samples
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def processes(self, device_ids: Sequence[str]) -> dict[str, DeviceProcesses]:
+        """Per-process memory of each requested device; compute is always ``unsupported``."""
+        cards = self._known_cards()
+        result: dict[str, DeviceProcesses] = {}
+        for device_id in device_ids:
+            index = cards.get(device_id)
+            if index is None:
+                result[device_id] = DeviceProcesses(
+                    device_id,
+                    memory_reason=QueryReason.TRANSIENT_DRIVER_ERROR,
+                    cores_reason=QueryReason.UNSUPPORTED,
+                )
+                continue
+            try:
+                listed = self._call("mxSmlGetSingleGpuProcess_v3", index)
+            except MxsmlCallError as failure:
+                result[device_id] = DeviceProcesses(
+                    device_id, memory_reason=failure.reason, cores_reason=QueryReason.UNSUPPORTED
+                )
+                continue
+            result[device_id] = DeviceProcesses(
+                device_id, rows=_rows_for(index, listed), cores_reason=QueryReason.UNSUPPORTED
+            )
+        return result
+
+    # -- partitions --------------------------------------------------------------------------
+
+    def partitions(self, partition_ids: Sequence[str]) -> dict[str, PartitionSample]:
+        """MetaX has no partition handle (sGPUs are sysfs slices): every id is unsupported."""
+        return {
+            partition_id: PartitionSample.unread(
+                partition_id, QueryReason.UNSUPPORTED, QueryReason.UNSUPPORTED
+            )
+            for partition_id in partition_ids
+        }
+
+    def close(self) -> None:
+        """Nothing to release: MXSML's header declares no shutdown (``pymxsml``'s touches no C)."""
+
+
+def _rows_for(index: int, listed: Sequence[Any]) -> tuple[ProcessRow, ...]:
+    """Each process's entry for the device at ``index``; a process without one is not listed."""
+    rows: dict[int, ProcessRow] = {}
+    for process in listed:
+        entries = min(int(process.gpuNumber), MAX_GPU_NUM_USED_BY_PROCESS)
+        for entry in list(process.processGpuInfo)[:entries]:
+            if int(entry.gpuId) != index:
+                continue
+            pid = int(process.processId)
+            rows.setdefault(pid, ProcessRow(pid, int(entry.gpuMemoryUsage), None))
+            break
+    return tuple(rows.values())
+
+
+def _text(value: Any) -> str:
+    """A ``char[]`` field as the binding or its replay returns it (bytes or str)."""
+    if isinstance(value, bytes):
+        return value.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _mib(kib: Any) -> int | None:
+    """KiB → MiB rounded up; a negative ``long`` is no measurement."""
+    number = int(kib)
+    return None if number < 0 else ceil_div(number, KIB_PER_MIB)
+
+
+def _percent(value: Any) -> int | None:
+    number = int(value)
+    return None if number < 0 else number
+
+
+def _power_watts(rails: Sequence[Any]) -> float | None:
+    """The sum of every rail, mW → W; a board reporting no rails has no figure."""
+    if not rails:
+        return None
+    return sum(int(rail.power) for rail in rails) / 1000
+
+
+def open_metax_backend(paths: Sequence[str] | None = None) -> MetaxBackend:
+    """Load ``libmxsml.so`` (``paths``, else the binding's usual search) and initialise it.
+
+    Raises the binding's ``OSError`` naming every path tried when the library is absent, and
+    ``RuntimeError`` when it loads but ``mxSmlInit`` fails.
+    """
+    binding = load_library(paths)
+    try:
+        return MetaxBackend(binding)
+    except MxsmlCallError as exc:
+        raise RuntimeError(f"MXSML did not initialise: {exc}") from exc

@@ -1,0 +1,162 @@
+"""IXML replay: our real binding, over a fake C library that answers from a recording.
+
+The IXML binding is ours (an NVML copy under another soname), so :func:`build_binding` hands back
+a real :class:`~gpustack_vendors.bindings.ixml.Ixml` whose library is a
+:class:`~gpustack_simulator.replay.ixml_lib.FakeIxmlLib` asking the replayer: the binding's probe
+and fill of the process list run as they would on a node. Recordings hold what the binding's
+methods returned, recorded through :func:`as_module`; device handles are refs (``gpu0``), and
+replay mints a fresh ``ixmlDevice_t`` per ref whose address identifies it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import types
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, Final
+
+from gpustack_simulator.recording import Raises, Recording, RowFilter
+from gpustack_simulator.replay.codec import HandleRef, encode_ctypes, fill_struct
+from gpustack_simulator.replay.engine import Clock, Replayer
+from gpustack_simulator.replay.ixml_lib import FakeIxmlLib
+from gpustack_vendors.bindings import ixml
+from gpustack_vendors.bindings.ixml import (
+    NVML_ERROR_FUNCTION_NOT_FOUND,
+    Ixml,
+    IXMLError,
+    ixmlDevice_t,
+)
+from gpustack_vendors.iluvatar import IluvatarBackend
+
+LIBRARY_ID = "ixml"
+
+FUNCTIONS: Final = (
+    "nvmlInit_v2",
+    "nvmlShutdown",
+    "nvmlSystemGetDriverVersion",
+    "nvmlSystemGetCudaDriverVersion",
+    "nvmlDeviceGetCount_v2",
+    "nvmlDeviceGetHandleByIndex_v2",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetPciInfo_v3",
+    "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetPowerUsage",
+    "ixmlDeviceGetHealth",
+    "nvmlDeviceGetComputeRunningProcesses",
+)
+"""The binding's methods, which are also the C symbols the fake library answers."""
+
+_STRUCTS: Final[Mapping[str, type[ctypes.Structure]]] = {
+    cls.__name__: cls
+    for cls in (
+        ixml.c_nvmlMemory_t,
+        ixml.c_nvmlMemory_v2_t,
+        ixml.c_nvmlUtilization_t,
+        ixml.c_nvmlPciInfo_t,
+        ixml.c_nvmlProcessInfo_v1_t,
+    )
+}
+
+
+class IxmlCodec:
+    """IXML's values: NVML structs, ints, strings and ``ixmlDevice_t`` handles."""
+
+    library_id = LIBRARY_ID
+    init_functions = frozenset({"nvmlInit_v2"})
+    filters: Mapping[str, RowFilter] = {}
+
+    def __init__(self) -> None:
+        self._keepalive: list[ctypes.Array[ctypes.c_char]] = []
+
+    def encode(self, value: object, handle_ref: HandleRef) -> Any:
+        """Structs with every field, handles by ref, sentinels kept raw."""
+        return encode_ctypes(value, handle_ref, self)
+
+    def build(self, type_name: str, fields: Mapping[str, Any]) -> object:
+        """Rebuild with the binding's own struct class."""
+        cls = _STRUCTS.get(type_name)
+        if cls is None:
+            raise KeyError(f"IXML binding has no struct {type_name!r}")
+        struct = cls()
+        fill_struct(struct, fields, self)
+        return struct
+
+    def error(self, raises: Raises) -> BaseException:
+        """``IXMLError(code)``: the fake library turns it back into the returned status."""
+        return IXMLError(raises.code)
+
+    def describe_error(self, exc: BaseException) -> Raises | None:
+        """Only ``IXMLError`` is the binding's; ``.value`` is the ``nvmlReturn_t``."""
+        if isinstance(exc, IXMLError):
+            return Raises(type=type(exc).__name__, code=int(exc.value))
+        return None
+
+    def missing(self, fn: str) -> BaseException:
+        """``FUNCTION_NOT_FOUND``: what the binding raises for a symbol the library lacks."""
+        return IXMLError(NVML_ERROR_FUNCTION_NOT_FOUND, fn)
+
+    def is_handle(self, value: object) -> bool:
+        """Device handles are ``ixmlDevice_t`` (an opaque pointer)."""
+        return isinstance(value, ixmlDevice_t)
+
+    def handle_key(self, handle: object) -> Hashable:
+        """The library hands back the same address for the same device."""
+        if not isinstance(handle, ixmlDevice_t):
+            raise TypeError(f"not an IXML handle: {handle!r}")
+        return handle.value
+
+    def make_handle(self, ref: str) -> object:
+        """A distinct live address per ref, kept alive as long as the codec."""
+        target = ctypes.create_string_buffer(1)
+        self._keepalive.append(target)
+        return ixmlDevice_t(ctypes.addressof(target))
+
+    def name_handle(self, fn: str, args: Sequence[Any], position: int | None) -> str:
+        """``gpu<index>`` for ``nvmlDeviceGetHandleByIndex_v2``."""
+        if fn == "nvmlDeviceGetHandleByIndex_v2" and args:
+            return f"gpu{args[0]}"
+        return f"{fn}({','.join(map(str, args))})"
+
+
+def build_binding(
+    recording: Recording, *, clock: Clock | None = None, null_probe_success: bool = False
+) -> Ixml:
+    """Our real IXML binding over a fake library whose answers come from ``recording``."""
+    replayer = Replayer(recording, IxmlCodec(), clock=clock)
+    return Ixml(FakeIxmlLib(_Answer(replayer), null_probe_success=null_probe_success))
+
+
+class _Answer:
+    """``FakeIxmlLib``'s callback: one replayed call per C call."""
+
+    def __init__(self, replayer: Replayer) -> None:
+        self.replayer = replayer
+
+    def __call__(self, name: str, args: tuple[object, ...]) -> object:
+        return self.replayer.invoke(name, args, {})
+
+
+def replayer_of(binding: Ixml) -> Replayer:
+    """The replayer behind a binding made by :func:`build_binding`."""
+    lib = binding.lib
+    if not isinstance(lib, FakeIxmlLib) or not isinstance(lib.answer, _Answer):
+        raise TypeError("not a replayed IXML binding")
+    return lib.answer.replayer
+
+
+def as_module(binding: Ixml) -> types.ModuleType:
+    """The binding's methods as a module, the shape the recorder's proxy wraps."""
+    module = types.ModuleType("ixml", doc="IXML binding methods")
+    for name in FUNCTIONS:
+        setattr(module, name, getattr(binding, name))
+    module.__dict__.update(IXMLError=IXMLError)
+    return module
+
+
+def replay_backend(recording: Recording, *, clock: Clock | None = None) -> IluvatarBackend:
+    """The Iluvatar backend over :func:`build_binding`: what ``replay_backend`` hands out."""
+    return IluvatarBackend(build_binding(recording, clock=clock))
