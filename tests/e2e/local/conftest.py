@@ -102,7 +102,7 @@ class System:
 @pytest.fixture(scope="session")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     state_dir = tmp_path_factory.mktemp("system")
-    started = cli("simulator", "up", "--state-dir", str(state_dir), "--monitor-period", "1s")
+    started = cli("simulator", "up", "--state-dir", str(state_dir), "--monitor-period", "2s")
     assert started.returncode == 0, f"simulator up failed:\n{started.stdout}\n{started.stderr}"
     try:
         document = yaml.safe_load((state_dir / "kubeconfig").read_text())

@@ -92,9 +92,16 @@ def test_totals_are_the_pod_limit_sums_init_excluded(system: System) -> None:
     assert llama["initContainers"], "the scenario's init container is what this test excludes"
 
 
+LLAMA_LOAD_STEPS = (30.0, 90.0)
+"""Scenario seconds at which nvidia-mixed's llama-70b uses more CPU (500m → 6 → 7.5 cores)."""
+
+
 def test_cpu_used_rises_when_the_scenario_applies_load(system: System) -> None:
+    now = system.control("GET", "state")["now"]
+    step = next((t for t in LLAMA_LOAD_STEPS if t > now), None)
+    assert step is not None, f"the scenario is already past its last load step ({now:.0f} s)"
     before = sample(system, "team-a", "llama-70b")["cpuUsedMilliCores"]
-    system.control("POST", "clock", {"advanceSeconds": 30})
+    system.control("POST", "clock", {"advanceSeconds": step - now + 1})
     deadline = time.monotonic() + 25  # the subresource's summary cache holds a node for 15 s
     after = before
     while time.monotonic() < deadline and after <= before:
@@ -152,6 +159,110 @@ def test_the_slice_pass_queries_only_carved_cards(system: System) -> None:
                     carved.add(grant.accelerator.id)
     assert carved, "the scenario has sliced Pods on gpu-node-1"
     assert queried == carved
+
+
+# -- every manufacturer -----------------------------------------------------------------------
+
+
+def _poll(check: Any, timeout: float = 100.0, interval: float = 1.0) -> Any:
+    """``check()`` until it returns something truthy (what it returns), or its last answer."""
+    deadline = time.monotonic() + timeout
+    answer = check()
+    while not answer and time.monotonic() < deadline:
+        time.sleep(interval)
+        answer = check()
+    return answer
+
+
+def test_hygon_quarter_slice_reads_44_and_a_partition_its_own_compute(system: System) -> None:
+    """The recordings run their kernels 30 s into each 60 s loop: wait for that phase."""
+
+    def phase() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None:
+        [quarter] = sample(system, "team-a", "qwen-quarter")["accelerators"]
+        [busy] = sample(system, "team-a", "mig-busy")["accelerators"]
+        [idle] = sample(system, "team-b", "mig-idle")["accelerators"]
+        working = quarter.get("coresUtilizationPercent") and busy.get("coresUtilizationPercent")
+        return (quarter, busy, idle) if working else None
+
+    found = _poll(phase)
+    assert found is not None, "the Hygon kernels never showed"
+    quarter, busy, idle = found
+    assert quarter["mode"] == "Sliced"
+    assert quarter["memoryUsedMiB"] == 4236
+    assert quarter["coresUtilizationPercent"] == 44  # ceil(11 x 100 / 25)
+    assert busy["mode"] == "Partitioned"
+    assert busy["id"].startswith("MIG-")
+    assert busy["coresUtilizationPercent"] == 85  # measured on the partition's own handle
+    assert idle["id"] != busy["id"]
+    assert idle["coresUtilizationPercent"] == 0
+
+
+def test_an_ascend_slice_reports_memory_and_no_compute(system: System) -> None:
+    for namespace, name in (("team-a", "embed-half"), ("team-b", "rerank-quarter")):
+        [entry] = sample(system, namespace, name)["accelerators"]
+        assert entry["mode"] == "Sliced", name
+        assert entry["memoryUsedMiB"] > 0, name
+        assert "coresUtilizationPercent" not in entry, name
+    [vnpu] = sample(system, "team-b", "vnpu-32g")["accelerators"]
+    assert vnpu["mode"] == "Partitioned"
+    assert "memoryTotalMiB" in vnpu
+    assert "coresUtilizationPercent" not in vnpu
+
+
+def test_metax_and_cambricon_figures(system: System) -> None:
+    [maca] = sample(system, "team-a", "maca-sample")["accelerators"]
+    assert maca["memoryUsedMiB"] == 16  # the C600-A process, as mx-smi reports it
+    assert "coresUtilizationPercent" not in maca  # MXSML has no per-process compute
+    [mlu] = sample(system, "team-a", "train-a")["accelerators"]
+    assert mlu["memoryUsedMiB"] == 8193  # 8389120 KiB, rounded up to MiB
+    assert "coresUtilizationPercent" in mlu
+
+
+# Per manufacturer: whether the per-process compute query exists for a logical (whole or
+# carved) card and for a partition — the spec's matrix, "—" as False. "driver" is the
+# matrix's "driver-dependent": decided per node by what its hardware answered.
+CORES = {
+    "nvidia": (True, False),
+    "amd": ("driver", None),
+    "hygon": ("driver", True),
+    "ascend": (False, False),
+    "thead": (True, False),
+    "cambricon": (True, None),
+    "iluvatar": (False, None),
+    "metax": (False, None),
+}
+DRIVER_MEASURES = {
+    "gpu-hybrid-1": True,
+    "rdna3-ws-1": False,
+    "hygon-bw-1": True,
+    "hygon-k100-1": False,
+}
+
+
+def test_the_capability_gauge_says_unsupported_exactly_where_the_matrix_has_a_dash(
+    system: System,
+) -> None:
+    checked: set[str] = set()
+    for dm in system.endpoints.device_managers:
+        snapshot = system.snapshot(dm.node, dm.manufacturer)
+        partitions = {p["id"] for p in snapshot["slices"].get("partitions", [])}
+        logical, partitioned = CORES[dm.manufacturer]
+        for family in text_string_to_metric_families(system.exposition(dm.node, dm.manufacturer)):
+            if family.name != "gpustack_accelerator_process_capability":
+                continue
+            for item in family.samples:
+                labels = item.labels
+                unsupported = labels["reason"] == "unsupported"
+                assert (item.value == 0) == bool(labels["reason"]), labels
+                if labels["entry_point"] == "memory":
+                    assert not unsupported, labels  # memory is "Yes" on every row
+                    continue
+                expected = partitioned if labels["id"] in partitions else logical
+                if expected == "driver":
+                    expected = DRIVER_MEASURES[dm.node]
+                assert unsupported == (expected is False), (dm.manufacturer, labels)
+                checked.add(dm.manufacturer)
+    assert checked == set(CORES)
 
 
 # -- the exporter ---------------------------------------------------------------------------
@@ -231,7 +342,7 @@ def test_exactly_one_pod_level_publisher_per_node(system: System) -> None:
             publishers.setdefault(dm.node, []).append(dm.manufacturer)
     assert publishers.get("gpu-hybrid-1") == ["amd"]  # the label that sorts first publishes
     assert all(len(found) == 1 for found in publishers.values()), publishers
-    assert set(publishers) == {"gpu-node-1", "rdna3-ws-1", "gpu-hybrid-1"}
+    assert set(publishers) == {dm.node for dm in system.endpoints.device_managers}
 
 
 # -- kubectl -------------------------------------------------------------------------------
