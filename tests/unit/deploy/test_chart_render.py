@@ -1,0 +1,503 @@
+"""The chart, rendered: what each object must say for the daemons, the aggregator and RBAC.
+
+Simulation mode is rendered from clusters/kind/values-simulate.yaml, the values the kind e2e
+installs; real-hardware mode from the chart's defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import typer.main
+import yaml
+from chart_helm import (
+    CHART,
+    KIND_VALUES,
+    NAMESPACE,
+    REPO,
+    find,
+    helm,
+    needs_helm,
+    of_kind,
+    render,
+    render_fails,
+)
+
+from gpustack_cli.main import app
+from gpustack_devicemanager.daemon import ServeOptions
+from gpustack_devicemanager.exporter import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
+from gpustack_simulator.recording import load_recording
+
+pytestmark = needs_helm
+
+WORKER = "gpustack-operator-worker"
+DM = "gpustack-operator-device-manager"
+SPEC_SCRAPERS = [
+    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+]
+PART_OF = "app.kubernetes.io/part-of"
+
+
+def simulation() -> list[dict[str, Any]]:
+    return render(files=(KIND_VALUES,))
+
+
+def container(workload: dict[str, Any]) -> dict[str, Any]:
+    [found] = workload["spec"]["template"]["spec"]["containers"]
+    assert isinstance(found, dict)
+    return found
+
+
+def flags(args: list[str]) -> dict[str, str | None]:
+    """``--name=value`` / ``--name`` arguments as a mapping (positional words skipped)."""
+    out: dict[str, str | None] = {}
+    for arg in args:
+        if arg.startswith("--"):
+            name, sep, value = arg.partition("=")
+            out[name] = value if sep else None
+    return out
+
+
+def env(c: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}
+
+
+def _all_labelled(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, str]]]:
+    for obj in objects:
+        where = f"{obj['kind']}/{obj['metadata']['name']}"
+        yield where, obj["metadata"].get("labels", {})
+        template = obj.get("spec", {}).get("template")
+        if isinstance(template, dict):
+            yield f"{where} template", template["metadata"].get("labels", {})
+
+
+# -- lint ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [None, KIND_VALUES], ids=["defaults", "kind-simulation"])
+def test_helm_lint_strict(values: Any) -> None:
+    args = ["lint", "--strict", str(CHART), "--namespace", NAMESPACE]
+    if values is not None:
+        args += ["-f", str(values)]
+    done = helm(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# -- the Device Manager DaemonSets -----------------------------------------------------------
+
+
+def test_simulation_renders_one_daemonset_per_manufacturer_replaying_its_recording() -> None:
+    simulated = yaml.safe_load(KIND_VALUES.read_text())["simulate"]
+    daemonsets = {d["metadata"]["name"]: d for d in of_kind(simulation(), "DaemonSet")}
+    assert set(daemonsets) == {f"{DM}-{m}" for m in simulated}
+    for manufacturer, entry in simulated.items():
+        ds = daemonsets[f"{DM}-{manufacturer}"]
+        pod = ds["spec"]["template"]
+        args = container(ds)["args"]
+        assert args[:2] == ["device-manager", "serve"]
+        given = flags(args)
+        assert given["--manufacturer"] == manufacturer
+        assert given["--simulate"] == f"/app/recordings/{entry['recording']}"
+        # The file ships in the image (recordings/ → /app/recordings) and is that vendor's.
+        recording = REPO / "recordings" / entry["recording"]
+        assert load_recording(recording).vendor == manufacturer
+        # Simulation nodes are chosen by label.
+        assert pod["spec"]["nodeSelector"] == {"gpustack.ai/simulate": manufacturer}
+        # No vendor runtime on a node without the hardware.
+        assert "runtimeClassName" not in pod["spec"]
+        assert "NVIDIA_VISIBLE_DEVICES" not in env(container(ds))
+
+
+def _check_device_manager(ds: dict[str, Any], manufacturer: str) -> None:
+    pod = ds["spec"]["template"]
+    labels = {COMPONENT_LABEL: COMPONENT, MANUFACTURER_LABEL: manufacturer}
+    assert labels.items() <= ds["metadata"]["labels"].items()
+    assert labels.items() <= pod["metadata"]["labels"].items()
+    assert labels.items() <= ds["spec"]["selector"]["matchLabels"].items()
+    assert ds["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert pod["spec"]["hostPID"] is True
+    assert pod["spec"]["serviceAccountName"] == DM
+    c = container(ds)
+    variables = env(c)
+    assert variables["KUBERNETES_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert variables["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert variables["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    secure_port = {f.name: f.default for f in dataclasses.fields(ServeOptions)}["secure_port"]
+    assert c["ports"] == [{"name": "https", "containerPort": secure_port, "protocol": "TCP"}]
+    assert flags(c["args"])["--secure-port"] == str(secure_port)
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/livez")):
+        assert c[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
+    # Root, and said why in the template: hostPID plus every tenant's /proc and vendor rows.
+    assert pod["spec"]["securityContext"]["runAsUser"] == 0
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+
+
+def test_simulated_device_managers_carry_the_production_shape() -> None:
+    for ds in of_kind(simulation(), "DaemonSet"):
+        _check_device_manager(ds, ds["metadata"]["labels"][MANUFACTURER_LABEL])
+
+
+def test_real_hardware_device_managers_select_their_nodes_and_open_the_library() -> None:
+    daemonsets = {d["metadata"]["name"]: d for d in of_kind(render(), "DaemonSet")}
+    assert set(daemonsets) == {f"{DM}-nvidia", f"{DM}-amd"}
+    for manufacturer in ("nvidia", "amd"):
+        ds = daemonsets[f"{DM}-{manufacturer}"]
+        _check_device_manager(ds, manufacturer)
+        assert "--simulate" not in flags(container(ds)["args"])
+    nvidia = daemonsets[f"{DM}-nvidia"]
+    assert nvidia["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert env(container(nvidia))["NVIDIA_VISIBLE_DEVICES"] == "all"
+    amd = daemonsets[f"{DM}-amd"]
+    assert amd["spec"]["template"]["spec"]["nodeSelector"] == {
+        "feature.node.kubernetes.io/amd-gpu": "true"
+    }
+
+
+def test_per_manufacturer_settings_reach_only_that_daemonset() -> None:
+    objects = render(
+        {
+            "deviceManager": {
+                "tolerations": [{"operator": "Exists"}],
+                "manufacturers": {
+                    "nvidia": {"runtimeClassName": "nvidia"},
+                    "amd": {
+                        "extraVolumes": [{"name": "rocm", "hostPath": {"path": "/opt/rocm"}}],
+                        "extraVolumeMounts": [
+                            {"name": "rocm", "mountPath": "/opt/rocm", "readOnly": True}
+                        ],
+                    },
+                },
+            }
+        }
+    )
+    nvidia = find(objects, "DaemonSet", f"{DM}-nvidia")["spec"]["template"]["spec"]
+    amd = find(objects, "DaemonSet", f"{DM}-amd")["spec"]["template"]["spec"]
+    assert nvidia["runtimeClassName"] == "nvidia"
+    assert "runtimeClassName" not in amd
+    assert {"name": "rocm", "hostPath": {"path": "/opt/rocm"}} in amd["volumes"]
+    assert all(v["name"] != "rocm" for v in nvidia["volumes"])
+    assert nvidia["tolerations"] == amd["tolerations"] == [{"operator": "Exists"}]
+
+
+@pytest.mark.parametrize("recording", ["/etc/passwd.yaml", "../../etc/x.yaml"])
+def test_a_recording_outside_the_images_recordings_is_refused(recording: str) -> None:
+    stderr = render_fails({"simulate": {"nvidia": {"recording": recording}}})
+    assert "recording" in stderr
+
+
+def test_every_flag_the_chart_passes_is_a_real_option() -> None:
+    """A renamed CLI flag must break this test, not the rollout."""
+    root = typer.main.get_command(app)
+    assert isinstance(root, typer.core.TyperGroup)
+    worker_command = root.commands["worker"]
+    dm_group = root.commands["device-manager"]
+    assert isinstance(dm_group, typer.core.TyperGroup)
+    serve = dm_group.commands["serve"]
+    options = {
+        "worker": {o for p in worker_command.params for o in p.opts},
+        "device-manager": {o for p in serve.params for o in p.opts},
+    }
+    full = {
+        "worker": {"logJson": True, "tls": {"secretName": "w", "caBundle": "Zm9v"}},
+        "deviceManager": {"logJson": True, "tls": {"secretName": "d"}},
+    }
+    for objects in (simulation(), render(full)):
+        for workload in of_kind(objects, "DaemonSet") + of_kind(objects, "Deployment"):
+            args = container(workload)["args"]
+            assert set(flags(args)) <= options[args[0]], (workload["metadata"]["name"], args)
+
+
+# -- the worker ------------------------------------------------------------------------------
+
+
+def test_the_worker_runs_as_non_root_and_serves_behind_443() -> None:
+    objects = simulation()
+    deployment = find(objects, "Deployment", WORKER)
+    pod = deployment["spec"]["template"]
+    c = container(deployment)
+    assert c["args"][0] == "worker"
+    given = flags(c["args"])
+    assert given["--secure-port"] == "31443"
+    assert given["--system-namespace"] == NAMESPACE
+    assert "--cert-dir" not in given  # self-signed by default
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["securityContext"]["runAsUser"] != 0
+    assert "hostPID" not in pod["spec"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/livez")):
+        assert c[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
+    service = find(objects, "Service", WORKER)
+    [port] = service["spec"]["ports"]
+    assert (port["port"], port["protocol"]) == (443, "TCP")
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports[port["targetPort"]] == 31443
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert deployment["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    assert pod["spec"]["serviceAccountName"] == WORKER
+
+
+def test_the_apiservice_defaults_to_skipping_verification_of_the_self_signed_worker() -> None:
+    objects = simulation()
+    spec = find(objects, "APIService", "v1.worker.gpustack.ai")["spec"]
+    assert spec["group"] == "worker.gpustack.ai"
+    assert spec["version"] == "v1"
+    assert spec["service"] == {"name": WORKER, "namespace": NAMESPACE, "port": 443}
+    assert spec["groupPriorityMinimum"] == 1000
+    assert spec["versionPriority"] == 200  # above the CRD's own v1alpha1 (100)
+    assert spec["insecureSkipTLSVerify"] is True
+    assert "caBundle" not in spec
+    service = find(objects, "Service", spec["service"]["name"])
+    assert spec["service"]["port"] in {p["port"] for p in service["spec"]["ports"]}
+
+
+def test_a_serving_certificate_and_its_ca_make_the_aggregator_verify() -> None:
+    objects = render({"worker": {"tls": {"secretName": "worker-tls", "caBundle": "Q0E="}}})
+    spec = find(objects, "APIService", "v1.worker.gpustack.ai")["spec"]
+    assert spec["caBundle"] == "Q0E="
+    assert "insecureSkipTLSVerify" not in spec
+    deployment = find(objects, "Deployment", WORKER)
+    c = container(deployment)
+    assert flags(c["args"])["--cert-dir"] == "/etc/gpustack-operator/tls"
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "worker-tls"
+    assert {"name": "tls", "mountPath": "/etc/gpustack-operator/tls", "readOnly": True} in c[
+        "volumeMounts"
+    ]
+
+
+def test_cert_manager_issues_the_certificate_and_injects_its_ca() -> None:
+    objects = render({"worker": {"tls": {"certManager": {"enabled": True}}}})
+    service = find(objects, "APIService", "v1.worker.gpustack.ai")
+    assert "insecureSkipTLSVerify" not in service["spec"]
+    assert service["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": f"{NAMESPACE}/{WORKER}"
+    }
+    certificate = find(objects, "Certificate", WORKER)
+    assert f"{WORKER}.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+    issuer = find(objects, "Issuer", f"{WORKER}-selfsigned")
+    assert issuer["spec"] == {"selfSigned": {}}
+    assert certificate["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
+    volumes = find(objects, "Deployment", WORKER)["spec"]["template"]["spec"]["volumes"]
+    secrets = {v["secret"]["secretName"] for v in volumes if "secret" in v}
+    assert secrets == {certificate["spec"]["secretName"]}
+
+
+def test_a_ca_bundle_without_a_serving_certificate_is_refused() -> None:
+    stderr = render_fails({"worker": {"tls": {"caBundle": "Q0E="}}})
+    assert "caBundle" in stderr
+
+
+# -- RBAC ------------------------------------------------------------------------------------
+
+
+def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def _binds(binding: dict[str, Any], role_kind: str, role: str, account: str) -> None:
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": role_kind,
+        "name": role,
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    ]
+
+
+def test_the_workers_rbac() -> None:
+    objects = simulation()
+    assert _grants(find(objects, "ClusterRole", WORKER)) == {
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "nodes", "get"),
+        ("", "nodes", "list"),
+        ("", "nodes/proxy", "get"),
+        ("metrics.k8s.io", "pods", "get"),
+        ("metrics.k8s.io", "pods", "list"),
+        ("worker.gpustack.ai", "instances", "get"),
+        ("worker.gpustack.ai", "instances", "list"),
+        ("worker.gpustack.ai", "instances", "watch"),
+    }
+    _binds(find(objects, "ClusterRoleBinding", WORKER), "ClusterRole", WORKER, WORKER)
+    _binds(
+        find(objects, "ClusterRoleBinding", f"{WORKER}:auth-delegator"),
+        "ClusterRole",
+        "system:auth-delegator",
+        WORKER,
+    )
+    reader = find(objects, "RoleBinding", f"{WORKER}:auth-reader")
+    assert reader["metadata"]["namespace"] == "kube-system"
+    _binds(reader, "Role", "extension-apiserver-authentication-reader", WORKER)
+    find(objects, "ServiceAccount", WORKER)
+
+
+def test_the_device_managers_rbac() -> None:
+    objects = simulation()
+    assert _grants(find(objects, "ClusterRole", DM)) == {
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "nodes/proxy", "get"),
+    }
+    _binds(find(objects, "ClusterRoleBinding", DM), "ClusterRole", DM, DM)
+    find(objects, "ServiceAccount", DM)
+
+
+def test_reading_metrics_is_aggregated_into_view_edit_and_admin() -> None:
+    role = find(simulation(), "ClusterRole", "gpustack-operator-instances-reader")
+    labels = role["metadata"]["labels"]
+    for default in ("view", "edit", "admin"):
+        assert labels[f"rbac.authorization.k8s.io/aggregate-to-{default}"] == "true"
+    # The subresource is its own rule, written with the slash; `get instances` grants nothing
+    # of it (docs/worker.md, the spec's "Scoping and authorization").
+    assert {
+        "apiGroups": ["worker.gpustack.ai"],
+        "resources": ["instances/metrics"],
+        "verbs": ["get"],
+    } in role["rules"]
+    assert _grants(role) == {
+        ("worker.gpustack.ai", "instances", "get"),
+        ("worker.gpustack.ai", "instances", "list"),
+        ("worker.gpustack.ai", "instances", "watch"),
+        ("worker.gpustack.ai", "instances/metrics", "get"),
+    }
+
+
+# -- the Device Manager Service and the NetworkPolicy --------------------------------------
+
+
+def test_the_device_manager_service_carries_the_scrape_annotations() -> None:
+    service = find(simulation(), "Service", DM)
+    assert service["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "32443",
+        "prometheus.io/path": "/metrics",
+        "prometheus.io/scheme": "https",
+    }
+    assert service["spec"]["selector"] == {COMPONENT_LABEL: COMPONENT}
+    for ds in of_kind(simulation(), "DaemonSet"):
+        labels = ds["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= labels.items()
+
+
+def test_clusters_device_manager_service_yaml_is_the_charts_service() -> None:
+    """The standalone manifest other tests and docs read is the chart's object, defaults."""
+    committed = yaml.safe_load((REPO / "clusters" / "device-manager-service.yaml").read_text())
+    rendered = find(render(), "Service", DM)
+    assert rendered["spec"] == committed["spec"]
+    for key in ("name", "namespace", "annotations"):
+        assert rendered["metadata"][key] == committed["metadata"][key], key
+    assert committed["metadata"]["labels"].items() <= rendered["metadata"]["labels"].items()
+
+
+def test_the_network_policy_is_off_by_default() -> None:
+    assert of_kind(simulation(), "NetworkPolicy") == []
+    assert of_kind(render(), "NetworkPolicy") == []
+
+
+def test_the_network_policy_admits_the_worker_and_each_scraper_on_the_secure_port_only() -> None:
+    values = {
+        "deviceManager": {
+            "networkPolicy": {
+                "enabled": True,
+                "scrapers": [
+                    *SPEC_SCRAPERS,
+                    {
+                        "namespaceSelector": {"matchLabels": {"team": "observability"}},
+                        "podSelector": {"matchLabels": {"app": "vmagent"}},
+                    },
+                ],
+            }
+        }
+    }
+    objects = render(values, files=(KIND_VALUES,))
+    [policy] = of_kind(objects, "NetworkPolicy")
+    assert policy["metadata"]["namespace"] == NAMESPACE
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    assert "egress" not in spec
+    # Every manufacturer's Device Manager, and nothing else.
+    selector = spec["podSelector"]["matchLabels"]
+    for ds in of_kind(objects, "DaemonSet"):
+        assert selector.items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    worker_labels = find(objects, "Deployment", WORKER)["spec"]["template"]["metadata"]["labels"]
+    assert not selector.items() <= worker_labels.items()
+    [rule] = spec["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 32443}]
+    worker_peer, *scrapers = rule["from"]
+    assert set(worker_peer) == {"podSelector"}  # this namespace's worker Pods
+    assert worker_peer["podSelector"]["matchLabels"].items() <= worker_labels.items()
+    assert scrapers == values["deviceManager"]["networkPolicy"]["scrapers"]
+
+
+def test_the_specs_example_and_extra_ingress_render_verbatim() -> None:
+    extra = [{"from": [{"ipBlock": {"cidr": "172.18.0.0/16"}}], "ports": [{"port": 32443}]}]
+    objects = render(
+        {
+            "deviceManager": {
+                "networkPolicy": {"enabled": True, "scrapers": SPEC_SCRAPERS, "extraIngress": extra}
+            }
+        }
+    )
+    [policy] = of_kind(objects, "NetworkPolicy")
+    first, *rest = policy["spec"]["ingress"]
+    assert first["from"][1:] == SPEC_SCRAPERS
+    assert first["ports"] == [{"protocol": "TCP", "port": 32443}]
+    assert rest == extra
+
+
+def test_a_different_secure_port_moves_everything_that_names_it() -> None:
+    objects = render({"deviceManager": {"securePort": 9443, "networkPolicy": {"enabled": True}}})
+    service = find(objects, "Service", DM)
+    assert service["metadata"]["annotations"]["prometheus.io/port"] == "9443"
+    [policy] = of_kind(objects, "NetworkPolicy")
+    assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 9443}]
+    for ds in of_kind(objects, "DaemonSet"):
+        c = container(ds)
+        assert c["ports"][0]["containerPort"] == 9443
+        assert flags(c["args"])["--secure-port"] == "9443"
+
+
+# -- everything --------------------------------------------------------------------------------
+
+
+def test_no_object_claims_to_be_part_of_an_instance() -> None:
+    """``app.kubernetes.io/part-of`` names an Instance's UID on its Pods: the daemons' own
+    Pods must never carry it."""
+    for objects in (simulation(), render()):
+        for where, labels in _all_labelled(objects):
+            assert PART_OF not in labels, where
+
+
+def test_every_namespaced_object_follows_the_release_namespace() -> None:
+    objects = render(files=(KIND_VALUES,), extra=("--namespace", "gpu-ops"))
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "APIService"}
+    for obj in objects:
+        namespace = obj["metadata"].get("namespace")
+        if obj["kind"] in cluster_scoped:
+            assert namespace is None, obj["metadata"]["name"]
+        elif obj["metadata"]["name"] == f"{WORKER}:auth-reader":
+            assert namespace == "kube-system"
+        else:
+            assert namespace == "gpu-ops", f"{obj['kind']}/{obj['metadata']['name']}"
+        for subject in obj.get("subjects", []):
+            assert subject["namespace"] == "gpu-ops"
+    assert find(objects, "APIService", "v1.worker.gpustack.ai")["spec"]["service"]["namespace"] == (
+        "gpu-ops"
+    )
+    worker = container(find(objects, "Deployment", WORKER))
+    assert flags(worker["args"])["--system-namespace"] == "gpu-ops"
