@@ -371,8 +371,8 @@ def _rule(groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str],
 def _daemon_rules() -> tuple[Rule, ...]:
     """What the worker and the Device Manager call, and nothing else.
 
-    The chart binds both to ``cluster-admin``; the stand-in grants only what the daemons use so
-    a new, unreviewed call shows up as a 403 in a test rather than passing unnoticed.
+    The chart grants the same narrow roles; the stand-in grants only what the daemons use so a
+    new, unreviewed call shows up as a 403 in a test rather than passing unnoticed.
     """
     read = ("get", "list", "watch")
     return (
