@@ -12,9 +12,7 @@ bearer token (``through_cluster``), the path ``kubectl get --raw`` takes.
 from __future__ import annotations
 
 import os
-import socket
 import ssl
-import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -28,16 +26,11 @@ from gpustack_kube.config import load_config
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.testing import cluster_standin
+from gpustack_simulator.up import device_manager_command, free_port
 from gpustack_worker.daemon import Running, WorkerOptions, serve
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
 DM_PERIOD = "1s"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -135,33 +128,16 @@ async def open_device_managers(
             proc_root = tmp / f"proc-{dm.node}"
             if not proc_root.exists():
                 write_procfs(proc_root, dict(expanded.procs(dm.node)))
-            port = free_port()
+            port = free_port(["127.0.0.1"])
             log = tmp / f"dm-{dm.node}-{dm.manufacturer}.log"
-            command = [
-                sys.executable,
-                "-m",
-                "gpustack_cli",
-                "device-manager",
-                "serve",
-                "--simulate",
-                str(dm.recording),
-                "--manufacturer",
-                dm.manufacturer,
-                "--node-name",
-                dm.node,
-                "--kubeconfig",
-                str(cluster.kubeconfig),
-                "--context",
-                "device-manager",
-                "--proc-root",
-                str(proc_root),
-                "--secure-port",
-                str(port),
-                "--bind-address",
-                "127.0.0.1",
-                "--monitor-period",
-                DM_PERIOD,
-            ]
+            command = device_manager_command(
+                dm,
+                kubeconfig=cluster.kubeconfig,
+                proc_root=proc_root,
+                address="127.0.0.1",
+                port=port,
+                monitor_period=DM_PERIOD,
+            )
             env = {**os.environ, "POD_NAME": dm.name, "POD_NAMESPACE": dm.namespace}
             with log.open("wb") as sink:
                 process = await trio.lowlevel.open_process(

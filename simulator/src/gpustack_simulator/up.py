@@ -35,6 +35,7 @@ from gpustack_kube.certs import self_signed
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.scenario import (
     RECORDINGS_DIR,
+    DeviceManagerSpec,
     Expanded,
     expand,
     find_scenario,
@@ -104,7 +105,7 @@ class _Started:
     log: Path
 
 
-def _free_port(hosts: Sequence[str]) -> int:
+def free_port(hosts: Sequence[str]) -> int:
     """A port free on every one of ``hosts`` (Device Managers share one across addresses)."""
     for _ in range(50):
         with socket.socket() as probe:
@@ -225,6 +226,40 @@ def _cluster_args(
     return cluster_args
 
 
+def device_manager_command(
+    dm: DeviceManagerSpec,
+    *,
+    kubeconfig: Path,
+    proc_root: Path,
+    address: str,
+    port: int,
+    monitor_period: str,
+) -> list[str]:
+    """``device-manager serve --simulate`` for one scenario Device Manager, as a node runs it."""
+    return _command(
+        "device-manager",
+        "serve",
+        "--simulate",
+        str(dm.recording),
+        "--manufacturer",
+        dm.manufacturer,
+        "--node-name",
+        dm.node,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--context",
+        "device-manager",
+        "--proc-root",
+        str(proc_root),
+        "--secure-port",
+        str(port),
+        "--bind-address",
+        address,
+        "--monitor-period",
+        monitor_period,
+    )
+
+
 def _start_device_managers(
     expanded: Expanded,
     addresses: list[str],
@@ -245,27 +280,13 @@ def _start_device_managers(
         started.append(
             _spawn(
                 name,
-                _command(
-                    "device-manager",
-                    "serve",
-                    "--simulate",
-                    str(dm.recording),
-                    "--manufacturer",
-                    dm.manufacturer,
-                    "--node-name",
-                    dm.node,
-                    "--kubeconfig",
-                    str(kubeconfig),
-                    "--context",
-                    "device-manager",
-                    "--proc-root",
-                    str(proc_root),
-                    "--secure-port",
-                    str(dm_port),
-                    "--bind-address",
-                    address,
-                    "--monitor-period",
-                    monitor_period,
+                device_manager_command(
+                    dm,
+                    kubeconfig=kubeconfig,
+                    proc_root=proc_root,
+                    address=address,
+                    port=dm_port,
+                    monitor_period=monitor_period,
                 ),
                 logs,
                 env={"KUBERNETES_NODE_NAME": dm.node},
@@ -314,8 +335,8 @@ def up(
         (state_dir / leftover).unlink(missing_ok=True)
 
     addresses = [f"127.0.0.{index + 2}" for index in range(len(expanded.device_managers))]
-    dm_port = _free_port(addresses or ["127.0.0.1"])
-    worker_port = _free_port(["127.0.0.1"])
+    dm_port = free_port(addresses or ["127.0.0.1"])
+    worker_port = free_port(["127.0.0.1"])
     worker_url = f"https://127.0.0.1:{worker_port}"
     worker_tls = state_dir / "worker-tls"
     worker_tls.mkdir()
