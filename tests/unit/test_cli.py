@@ -11,6 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 from gpustack_cli.main import app
+from gpustack_cli.simulator_cmds import cards
+from gpustack_simulator.recording import load_recording
 
 runner = CliRunner()
 
@@ -174,3 +176,35 @@ def test_list_shows_every_recording() -> None:
     for name in ("h100-mig.yaml", "rx7800xt.yaml", "mi300x-8x.yaml"):
         assert name in result.output
     assert "synthesized" in result.output
+
+
+@pytest.mark.parametrize(
+    ("relative", "expected"),
+    [
+        ("nvidia/h100-mig.yaml", 1),
+        ("amd/mi300x-8x.yaml", 8),
+        ("hygon/bw-c3000-mig.yaml", 2),
+        ("hygon/k100-ai.yaml", 2),
+        ("ascend/910b2-8x.yaml", 8),
+        ("thead/ppu-zw810e-4x.yaml", 4),
+        ("cambricon/mlu370-x8.yaml", 2),
+        ("metax/c600.yaml", 2),
+        ("iluvatar/bi-v150.yaml", 2),
+    ],
+)
+def test_list_counts_cards_for_every_vendor(relative: str, expected: int) -> None:
+    """Cards as detection sees them: not partitions, and not zero where handles are not cards."""
+    assert cards(load_recording(RECORDINGS / relative)) == expected
+
+
+def test_list_shows_a_recording_that_does_not_replay_as_invalid(tmp_path: Path) -> None:
+    text = (RECORDINGS / "nvidia" / "t4.yaml").read_text()
+    (tmp_path / "other.yaml").write_text(text.replace("vendor: nvidia", "vendor: mthreads", 1))
+    (tmp_path / "t4.yaml").write_text(text)
+    result = runner.invoke(app, ["simulator", "list", str(tmp_path)], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    [bad] = [line for line in result.output.splitlines() if "other.yaml" in line]
+    assert "invalid" in bad
+    assert "does not replay" in bad
+    [good] = [line for line in result.output.splitlines() if "t4.yaml" in line]
+    assert "│ 1 " in good  # the listing goes on past the bad one

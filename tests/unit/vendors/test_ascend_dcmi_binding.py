@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
+from vendor_helpers import Script
 
 from gpustack_cli.main import app
 from gpustack_core.reasons import QueryReason
@@ -28,22 +29,6 @@ from gpustack_vendors.bindings.dcmi import Dcmi, DCMIError, DcmiLibraryNotFound,
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "recordings" / "ascend"
 MIB = 1 << 20
-
-
-class Script:
-    """An ``answer`` callback serving successive values per method and logging its calls."""
-
-    def __init__(self, **answers: list[object]) -> None:
-        self.answers = answers
-        self.asked: list[tuple[str, tuple[object, ...]]] = []
-
-    def __call__(self, name: str, args: tuple[object, ...]) -> object:
-        self.asked.append((name, args))
-        queue = self.answers[name]
-        value = queue.pop(0) if len(queue) > 1 else queue[0]
-        if isinstance(value, BaseException):
-            raise value
-        return value
 
 
 def binding(**answers: list[object]) -> tuple[Dcmi, Script, FakeDcmiLib]:

@@ -12,7 +12,6 @@ import pickle
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +22,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from recorded import ret_at
 from typer.testing import CliRunner
+from vendor_helpers import Script, slice_usages
 
 from gpustack_cli.main import app
 from gpustack_core.reasons import QueryReason
 from gpustack_core.units import bytes_to_mib
-from gpustack_devicemanager.monitor import TickContext, tick
-from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.recorder import RecordingProxy, exercise
 from gpustack_simulator.recording import Fault, Raises, Recording, call_key, load_recording
 from gpustack_simulator.replay import cndev_standin
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.replay.cndev_lib import FakeCndevLib
 from gpustack_simulator.replay.cndev_standin import CndevCodec, as_module
-from gpustack_simulator.scenario import RECORDINGS_DIR, expand, find_scenario, load_scenario
 from gpustack_simulator.synth.timeline import VirtualClock
 from gpustack_vendors import cambricon
 from gpustack_vendors.bindings import cndev
@@ -307,52 +304,7 @@ def test_scenario_slices_read_the_rounded_sum_and_measured_compute(tmp_path: Pat
     assert usages["notebook-b"] == (2, 0)  # measured idle: a zero, not an absence
 
 
-def slice_usages(
-    name: str, recording_path: Path, t: float, root: Path
-) -> dict[str, tuple[int | None, int | None]]:
-    """Instance name → (memoryUsedMiB, coresUtilizationPercent) of one tick over a scenario."""
-    scenario = expand(load_scenario(find_scenario(name)), base=RECORDINGS_DIR)
-    [node] = [n["metadata"]["name"] for n in scenario.nodes]
-    recording = load_recording(recording_path)
-    clock = VirtualClock()
-    backend = replay_backend(recording, clock=clock)
-    backend.detect()
-    clock.now = t
-    write_procfs(root, scenario.procs(node))
-    snapshot = tick(
-        backend,
-        [p for p in scenario.pods if p["spec"].get("nodeName") == node],
-        TickContext(recording.vendor, 15.0, root),
-        datetime.now(UTC),
-    )
-    assert snapshot.slices is not None
-    names = {p["metadata"]["uid"]: p["metadata"]["name"] for p in scenario.pods}
-    return {
-        names[u.pod_uid]: (u.memory_used_mib, u.cores_utilization_percent)
-        for u in snapshot.slices.usages
-    }
-
-
 # -- the binding over the C-ABI fake ------------------------------------------------------------
-
-
-class Script:
-    """An ``answer`` callback serving successive values per function, logging its calls."""
-
-    def __init__(self, **answers: list[object]) -> None:
-        self.answers = answers
-        self.asked: list[tuple[str, tuple[object, ...]]] = []
-
-    def __call__(self, name: str, args: tuple[object, ...]) -> object:
-        self.asked.append((name, args))
-        queue = self.answers[name]
-        value = queue.pop(0) if len(queue) > 1 else queue[0]
-        if isinstance(value, BaseException):
-            raise value
-        return value
-
-    def count(self, name: str) -> int:
-        return sum(1 for asked, _ in self.asked if asked == name)
 
 
 def binding(**answers: list[object]) -> tuple[Cndev, Script, FakeCndevLib]:

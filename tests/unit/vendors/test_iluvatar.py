@@ -21,8 +21,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 from recorded import ret_at
-from test_cambricon import Script, slice_usages
 from typer.testing import CliRunner
+from vendor_helpers import Script, slice_usages
 
 from gpustack_cli.main import app
 from gpustack_core.reasons import QueryReason

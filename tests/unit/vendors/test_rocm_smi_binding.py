@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from vendor_helpers import Script
 
 from gpustack_simulator.replay.rocm_smi_lib import FakeRocmSmiLib
 from gpustack_vendors.bindings import rocm_smi
@@ -45,25 +46,6 @@ def info(row: Row) -> rsmi_process_info_t:
 
 def as_row(value: rsmi_process_info_t) -> Row:
     return (value.process_id, value.pasid, value.vram_usage, value.sdma_usage, value.cu_occupancy)
-
-
-class Script:
-    """An ``answer`` callback that serves successive values per function and logs its calls."""
-
-    def __init__(self, **answers: list[object]) -> None:
-        self.answers = answers
-        self.asked: list[tuple[str, tuple[object, ...]]] = []
-
-    def __call__(self, name: str, args: tuple[object, ...]) -> object:
-        self.asked.append((name, args))
-        queue = self.answers[name]
-        value = queue.pop(0) if len(queue) > 1 else queue[0]
-        if isinstance(value, BaseException):
-            raise value
-        return value
-
-    def count(self, name: str) -> int:
-        return sum(1 for asked, _ in self.asked if asked == name)
 
 
 def binding(**answers: list[object]) -> tuple[RocmSmi, Script, FakeRocmSmiLib]:

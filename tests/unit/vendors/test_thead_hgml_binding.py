@@ -17,30 +17,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
+from vendor_helpers import Script
 
 from gpustack_cli.main import app
 from gpustack_simulator.replay.hgml_lib import FakeHgmlLib
 from gpustack_vendors.bindings import hgml as h
 from gpustack_vendors.bindings.hgml import Hgml, HGMLError, HgmlLibraryNotFound, load_library
-
-
-class Script:
-    """An ``answer`` callback serving successive values per method and logging its calls."""
-
-    def __init__(self, **answers: list[object]) -> None:
-        self.answers = answers
-        self.asked: list[tuple[str, tuple[object, ...]]] = []
-
-    def __call__(self, name: str, args: tuple[object, ...]) -> object:
-        self.asked.append((name, args))
-        queue = self.answers[name]
-        value = queue.pop(0) if len(queue) > 1 else queue[0]
-        if isinstance(value, BaseException):
-            raise value
-        return value
-
-    def count(self, name: str) -> int:
-        return sum(1 for asked, _ in self.asked if asked == name)
 
 
 def binding(**answers: list[object]) -> tuple[Hgml, Script, FakeHgmlLib]:

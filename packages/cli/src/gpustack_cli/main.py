@@ -191,6 +191,16 @@ def dm_serve(
     simulate: Annotated[
         Path | None, typer.Option(help="Replay this recording instead of the real library.")
     ] = None,
+    bind_replayed_pids: Annotated[
+        bool,
+        typer.Option(
+            help=(
+                "With --simulate: bind each replayed process row to a live process of the Pod"
+                " container holding its device, read from the real /proc (--proc-root's"
+                " default becomes /proc)."
+            )
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     log_json: Annotated[bool, typer.Option(help="Log JSON lines.")] = False,
 ) -> None:

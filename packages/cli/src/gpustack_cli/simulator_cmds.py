@@ -55,10 +55,17 @@ def validate(files: list[Path], console: Console) -> int:
 
 
 def cards(recording: Recording) -> int:
-    """Top-level device handles: cards, not their partitions."""
-    return sum(
-        1 for library in recording.libraries[:1] for ref in library.handles if "/" not in ref
-    )
+    """Cards the recording's backend detects (not their partitions), for every vendor.
+
+    Counted by replaying the recording through its vendor's backend, because how a library
+    names its cards differs (Hygon's first library may be the MIG one, Ascend's handles are
+    chips): only detection knows what a card is.
+    """
+    backend = replay_backend(recording)
+    try:
+        return len(backend.detect().devices)
+    finally:
+        backend.close()
 
 
 def list_recordings(root: Path, console: Console) -> int:
@@ -85,10 +92,21 @@ def list_recordings(root: Path, console: Console) -> int:
         except (ContractError, OSError) as exc:
             table.add_row(str(path.relative_to(root)), "?", "?", "[red]invalid[/red]", str(exc))
             continue
+        try:
+            count = str(cards(recording))
+        except Exception as exc:  # a recording that loads but does not replay: still a row
+            table.add_row(
+                str(path.relative_to(root)),
+                recording.vendor,
+                "?",
+                "[red]invalid[/red]",
+                f"does not replay: {exc}",
+            )
+            continue
         table.add_row(
             str(path.relative_to(root)),
             recording.vendor,
-            str(cards(recording)),
+            count,
             recording.provenance.kind,
             recording.description,
         )

@@ -26,14 +26,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from gpustack_core.reasons import QueryReason
-from gpustack_vendors import errors
 from gpustack_vendors.bindings import dcmi as d
 from gpustack_vendors.bindings.dcmi import DCMIError
+from gpustack_vendors.calling import BindingBackend, CallError
 from gpustack_vendors.model import (
     CardSample,
     Detection,
@@ -77,17 +77,17 @@ _FALL_BACK = frozenset(
 _UNHEALTHY_FROM = 2
 """``dcmi_get_device_health``: 2 (major) and 3 (critical) alarms, or a device gone (0xFFFFFFFF)."""
 
-_T = TypeVar("_T")
 
-
-class DcmiCallError(Exception):
+class DcmiCallError(CallError):
     """A DCMI call failed; carries the numeric code and the reason it maps to."""
 
-    def __init__(self, fn: str, code: int) -> None:
-        super().__init__(f"{fn}: DCMI error {code} ({d.status_name(code)})")
-        self.fn = fn
-        self.code = code
-        self.reason = errors.reason(DCMI_REASONS, code)
+    library = "DCMI"
+    reasons = DCMI_REASONS
+
+    @staticmethod
+    def detail(code: int) -> str:
+        """The binding's name for the code."""
+        return f" ({d.status_name(code)})"
 
 
 @dataclass(frozen=True)
@@ -104,10 +104,12 @@ class _Vnpu:
     vdev_id: int
 
 
-class AscendBackend:
+class AscendBackend(BindingBackend):
     """Answers the Device Manager's questions through a DCMI binding it is handed."""
 
     manufacturer = MANUFACTURER
+    call_error = DcmiCallError
+    binding_error = DCMIError
 
     def __init__(self, dcmi: Any) -> None:
         self._dcmi = dcmi
@@ -118,18 +120,8 @@ class AscendBackend:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _call(self, fn: str, *args: Any) -> Any:
-        try:
-            return getattr(self._dcmi, fn)(*args)
-        except DCMIError as exc:
-            raise DcmiCallError(fn, int(exc.value)) from exc
-
-    def _maybe(self, fn: str, *args: Any, convert: Callable[[Any], _T]) -> _T | None:
-        """A figure that may be unsupported on this device: absent rather than fatal to the pass."""
-        try:
-            return convert(self._call(fn, *args))
-        except DcmiCallError:
-            return None
+    def _binding(self) -> Any:
+        return self._dcmi
 
     # -- detection ---------------------------------------------------------------------------
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gpustack_core.reasons import QueryReason
 from gpustack_vendors import errors
@@ -47,6 +47,7 @@ from gpustack_vendors.bindings.cndev import (
     CNDevError,
     load_library,
 )
+from gpustack_vendors.calling import BindingBackend, CallError
 from gpustack_vendors.model import (
     CardSample,
     Detection,
@@ -75,23 +76,20 @@ CNDEV: Mapping[int, QueryReason] = {
 }
 """``cndevRet_t`` codes → reasons; anything unlisted is transient."""
 
-_T = TypeVar("_T")
 
-
-class CndevCallError(Exception):
+class CndevCallError(CallError):
     """A CNDev call failed; carries the numeric code and the reason it maps to."""
 
-    def __init__(self, fn: str, code: int) -> None:
-        super().__init__(f"{fn}: CNDev error {code}")
-        self.fn = fn
-        self.code = code
-        self.reason = errors.reason(CNDEV, code)
+    library = "CNDev"
+    reasons = CNDEV
 
 
-class CambriconBackend:
+class CambriconBackend(BindingBackend):
     """Answers the Device Manager's questions through a CNDev binding it is handed."""
 
     manufacturer = MANUFACTURER
+    call_error = CndevCallError
+    binding_error = CNDevError
 
     def __init__(self, cndev: Any) -> None:
         self._cndev = cndev
@@ -101,18 +99,8 @@ class CambriconBackend:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _call(self, fn: str, *args: Any) -> Any:
-        try:
-            return getattr(self._cndev, fn)(*args)
-        except CNDevError as exc:
-            raise CndevCallError(fn, int(exc.value)) from exc
-
-    def _maybe(self, fn: str, *args: Any, convert: Callable[[Any], _T]) -> _T | None:
-        """A figure that may be unsupported on this card: absent rather than fatal to the pass."""
-        try:
-            return convert(self._call(fn, *args))
-        except CndevCallError:
-            return None
+    def _binding(self) -> Any:
+        return self._cndev
 
     # -- detection ---------------------------------------------------------------------------
 

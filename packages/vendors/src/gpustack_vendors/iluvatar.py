@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 from gpustack_core.reasons import QueryReason
 from gpustack_core.units import bytes_to_mib
@@ -38,6 +38,7 @@ from gpustack_vendors.bindings.ixml import (
     IXMLError,
     load_library,
 )
+from gpustack_vendors.calling import BindingBackend, CallError
 from gpustack_vendors.model import (
     CardSample,
     Detection,
@@ -55,24 +56,21 @@ _V1_FALLBACK = frozenset(
 )
 """v2 answers that mean "this library has no v2": read the v1 layout instead."""
 
-_T = TypeVar("_T")
 
-
-class IxmlCallError(Exception):
+class IxmlCallError(CallError):
     """An IXML call failed; carries the numeric code and the reason it maps to (NVML's table)."""
 
-    def __init__(self, fn: str, code: int) -> None:
-        super().__init__(f"{fn}: IXML error {code}")
-        self.fn = fn
-        self.code = code
-        self.reason = errors.reason(errors.NVML, code)
-        self.fatal = code in errors.NVML_FATAL
+    library = "IXML"
+    reasons = errors.NVML
+    fatal_codes = errors.NVML_FATAL
 
 
-class IluvatarBackend:
+class IluvatarBackend(BindingBackend):
     """Answers the Device Manager's questions through an IXML binding it is handed."""
 
     manufacturer = MANUFACTURER
+    call_error = IxmlCallError
+    binding_error = IXMLError
 
     def __init__(self, ixml: Any) -> None:
         self._ixml = ixml
@@ -83,18 +81,8 @@ class IluvatarBackend:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _call(self, fn: str, *args: Any) -> Any:
-        try:
-            return getattr(self._ixml, fn)(*args)
-        except IXMLError as exc:
-            raise IxmlCallError(fn, int(exc.value)) from exc
-
-    def _maybe(self, fn: str, *args: Any, convert: Callable[[Any], _T]) -> _T | None:
-        """A figure that may be unsupported on this card: absent rather than fatal to the pass."""
-        try:
-            return convert(self._call(fn, *args))
-        except IxmlCallError:
-            return None
+    def _binding(self) -> Any:
+        return self._ixml
 
     def _memory(self, uuid: str, handle: Any) -> Any:
         """The v2 answer, or v1's where this library has no v2 (remembered per card)."""

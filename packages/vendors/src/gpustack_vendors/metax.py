@@ -24,8 +24,8 @@ it and read every card as idle). **Per-process compute** does not exist in MXSML
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gpustack_core.reasons import QueryReason
 from gpustack_core.units import ceil_div
@@ -45,6 +45,7 @@ from gpustack_vendors.bindings.mxsml import (
     MXSMLError,
     load_library,
 )
+from gpustack_vendors.calling import BindingBackend, CallError
 from gpustack_vendors.model import (
     CardSample,
     Detection,
@@ -70,23 +71,20 @@ MXSML: Mapping[int, QueryReason] = {
 }
 """``mxSmlReturn_t`` codes → reasons; anything unlisted is transient."""
 
-_T = TypeVar("_T")
 
-
-class MxsmlCallError(Exception):
+class MxsmlCallError(CallError):
     """An MXSML call failed; carries the numeric code and the reason it maps to."""
 
-    def __init__(self, fn: str, code: int) -> None:
-        super().__init__(f"{fn}: MXSML error {code}")
-        self.fn = fn
-        self.code = code
-        self.reason = errors.reason(MXSML, code)
+    library = "MXSML"
+    reasons = MXSML
 
 
-class MetaxBackend:
+class MetaxBackend(BindingBackend):
     """Answers the Device Manager's questions through an MXSML binding it is handed."""
 
     manufacturer = MANUFACTURER
+    call_error = MxsmlCallError
+    binding_error = MXSMLError
 
     def __init__(self, mxsml: Any) -> None:
         self._mxsml = mxsml
@@ -96,18 +94,8 @@ class MetaxBackend:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _call(self, fn: str, *args: Any) -> Any:
-        try:
-            return getattr(self._mxsml, fn)(*args)
-        except MXSMLError as exc:
-            raise MxsmlCallError(fn, int(exc.value)) from exc
-
-    def _maybe(self, fn: str, *args: Any, convert: Callable[[Any], _T]) -> _T | None:
-        """A figure that may be unsupported on this card: absent rather than fatal to the pass."""
-        try:
-            return convert(self._call(fn, *args))
-        except MxsmlCallError:
-            return None
+    def _binding(self) -> Any:
+        return self._mxsml
 
     # -- detection ---------------------------------------------------------------------------
 

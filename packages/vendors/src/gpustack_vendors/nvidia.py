@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 from gpustack_core.reasons import QueryReason
 from gpustack_core.units import bytes_to_mib
 from gpustack_vendors import errors
+from gpustack_vendors.calling import BindingBackend, CallError
 from gpustack_vendors.model import (
     CardSample,
     Detection,
@@ -29,24 +30,20 @@ from gpustack_vendors.pci import normalize_bus_id
 MANUFACTURER = "nvidia"
 MIG_ENABLED = 1
 
-_T = TypeVar("_T")
 
-
-class NvmlCallError(Exception):
+class NvmlCallError(CallError):
     """A call failed; carries the numeric code and the reason it maps to."""
 
-    def __init__(self, fn: str, code: int) -> None:
-        super().__init__(f"{fn}: NVML error {code}")
-        self.fn = fn
-        self.code = code
-        self.reason = errors.reason(errors.NVML, code)
-        self.fatal = code in errors.NVML_FATAL
+    library = "NVML"
+    reasons = errors.NVML
+    fatal_codes = errors.NVML_FATAL
 
 
-class NvidiaBackend:
+class NvidiaBackend(BindingBackend):
     """Answers the Device Manager's questions through an NVML binding it is handed."""
 
     manufacturer = MANUFACTURER
+    call_error = NvmlCallError
 
     def __init__(self, nvml: Any) -> None:
         self._nvml = nvml
@@ -57,18 +54,12 @@ class NvidiaBackend:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _call(self, fn: str, *args: Any) -> Any:
-        try:
-            return getattr(self._nvml, fn)(*args)
-        except self._nvml.NVMLError as exc:
-            raise NvmlCallError(fn, int(exc.value)) from exc
+    def _binding(self) -> Any:
+        return self._nvml
 
-    def _maybe(self, fn: str, *args: Any, convert: Callable[[Any], _T]) -> _T | None:
-        """A figure that may be unsupported on this card: absent rather than fatal to the pass."""
-        try:
-            return convert(self._call(fn, *args))
-        except NvmlCallError:
-            return None
+    def _failure(self) -> type[Exception]:
+        failure: type[Exception] = self._nvml.NVMLError
+        return failure
 
     # -- detection ---------------------------------------------------------------------------
 

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 from gpustack_core.reasons import QueryReason
 from gpustack_core.units import bytes_to_mib
 from gpustack_vendors import errors
 from gpustack_vendors.bindings import hgml as h
 from gpustack_vendors.bindings.hgml import HGMLError
+from gpustack_vendors.calling import BindingBackend, CallError
 from gpustack_vendors.model import (
     CardSample,
     Detection,
@@ -48,24 +49,26 @@ HGML_REASONS = errors.NVML
 _VERSIONED_REFUSED = frozenset({h.HGML_ERROR_NOT_SUPPORTED, h.HGML_ERROR_FUNCTION_NOT_FOUND})
 """Answers of the versioned process-utilization call that mean "ask the plain one"."""
 
-_T = TypeVar("_T")
 
-
-class HgmlCallError(Exception):
+class HgmlCallError(CallError):
     """A call failed; carries the numeric code and the reason it maps to."""
 
-    def __init__(self, fn: str, code: int) -> None:
-        super().__init__(f"{fn}: HGML error {code} ({h.status_name(code)})")
-        self.fn = fn
-        self.code = code
-        self.reason = errors.reason(HGML_REASONS, code)
-        self.fatal = code in errors.NVML_FATAL
+    library = "HGML"
+    reasons = HGML_REASONS
+    fatal_codes = errors.NVML_FATAL
+
+    @staticmethod
+    def detail(code: int) -> str:
+        """The binding's name for the code."""
+        return f" ({h.status_name(code)})"
 
 
-class TheadBackend:
+class TheadBackend(BindingBackend):
     """Answers the Device Manager's questions through an HGML binding it is handed."""
 
     manufacturer = MANUFACTURER
+    call_error = HgmlCallError
+    binding_error = HGMLError
 
     def __init__(self, hgml: Any) -> None:
         self._hgml = hgml
@@ -76,18 +79,8 @@ class TheadBackend:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _call(self, fn: str, *args: Any) -> Any:
-        try:
-            return getattr(self._hgml, fn)(*args)
-        except HGMLError as exc:
-            raise HgmlCallError(fn, int(exc.value)) from exc
-
-    def _maybe(self, fn: str, *args: Any, convert: Callable[[Any], _T]) -> _T | None:
-        """A figure that may be unsupported on this card: absent rather than fatal to the pass."""
-        try:
-            return convert(self._call(fn, *args))
-        except HgmlCallError:
-            return None
+    def _binding(self) -> Any:
+        return self._hgml
 
     # -- detection ---------------------------------------------------------------------------
 

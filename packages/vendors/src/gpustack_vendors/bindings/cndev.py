@@ -31,6 +31,9 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from gpustack_vendors.bindings.calls import CLibrary, StatusError
+from gpustack_vendors.bindings.loader import LibraryNotFound, open_first, with_override
+
 # -- cndevRet_t -----------------------------------------------------------------------------------
 
 CNDEV_SUCCESS: Final = 0
@@ -298,34 +301,17 @@ def status_name(value: int) -> str:
     return _STATUS_NAMES.get(value, f"CNDEV_STATUS_{value}")
 
 
-class CNDevError(Exception):
+class CNDevError(StatusError):
     """A non-success ``cndevRet_t``; consumers branch on :attr:`value`, never on the text.
 
     ``args`` is ``(value, function)`` so the exception pickles and copies without losing the code.
     """
 
-    def __init__(self, value: int, function: str | None = None) -> None:
-        super().__init__(value, function)
-        self.value = value
-        self.function = function
-
-    def __str__(self) -> str:
-        text = f"{status_name(self.value)} ({self.value})"
-        return f"{self.function}: {text}" if self.function else text
+    status_name = staticmethod(status_name)
 
 
-class CndevLibraryNotFound(OSError):  # noqa: N818 - named for what happened, like NVML's
+class CndevLibraryNotFound(LibraryNotFound):
     """No candidate path could be opened; the message names every path and why each failed."""
-
-    def __init__(self, library: str, tried: Sequence[tuple[str, str]]) -> None:
-        self.library = library
-        self.attempts = tuple(tried)
-        self.tried = tuple(path for path, _ in tried)
-        listed = "; ".join(f"{path} ({reason})" for path, reason in tried)
-        super().__init__(f"{library} could not be loaded. Tried: {listed or 'no paths'}")
-
-    def __reduce__(self) -> tuple[type[CndevLibraryNotFound], tuple[str, tuple[Any, ...]]]:
-        return (type(self), (self.library, self.attempts))
 
 
 # -- the wrapper ----------------------------------------------------------------------------------
@@ -342,27 +328,15 @@ MAX_ROWS: Final = 4096
 _Status = Callable[..., int]
 
 
-class Cndev:
+class Cndev(CLibrary):
     """Pythonic calls over a ``libcndev`` object: a ``ctypes.CDLL`` or a fake with its ABI.
 
     Symbols are looked up per call, so a library lacking one function still serves the others; a
     missing symbol raises ``CNDevError(CNDEV_ERROR_FUNCTION_NOT_FOUND)``.
     """
 
-    def __init__(self, lib: object) -> None:
-        self.lib = lib
-
-    def _function(self, name: str) -> _Status:
-        try:
-            function: _Status = getattr(self.lib, name)
-        except AttributeError:
-            raise CNDevError(CNDEV_ERROR_FUNCTION_NOT_FOUND, name) from None
-        return function
-
-    def _call(self, name: str, *args: object) -> None:
-        status = int(self._function(name)(*args))
-        if status != CNDEV_SUCCESS:
-            raise CNDevError(status, name)
+    error = CNDevError
+    missing_symbol = CNDEV_ERROR_FUNCTION_NOT_FOUND
 
     def _struct(self, name: str, cls: Any, device: int, version: int | None) -> Any:
         """Fill one struct for a device; ``version`` is stamped where the struct has one."""
@@ -552,35 +526,16 @@ _SIGNATURES: Final[dict[str, tuple[tuple[Any, ...], Any]]] = {
 }
 
 
-def _declare(lib: ctypes.CDLL) -> None:
-    """Give each symbol its C signature; one the library lacks is reported when called."""
-    for name, (argtypes, restype) in _SIGNATURES.items():
-        try:
-            function = getattr(lib, name)
-        except AttributeError:
-            continue
-        function.argtypes = list(argtypes)
-        function.restype = restype
-
-
 def load_library(paths: Sequence[str] | None = None) -> Cndev:
     """Open CNDev from the first path that loads; ``paths`` replaces the default search.
 
     Without ``paths``: ``$CNDEV_LIB`` if set, then :func:`default_paths`. The caller still calls
     :meth:`Cndev.cndevInit`.
     """
-    if paths is None:
-        override = os.environ.get(ENV_LIBRARY)
-        candidates: Sequence[str] = ((override,) if override else ()) + default_paths()
-    else:
-        candidates = paths
-    tried: list[tuple[str, str]] = []
-    for path in candidates:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as exc:
-            tried.append((path, str(exc) or type(exc).__name__))
-            continue
-        _declare(lib)
-        return Cndev(lib)
-    raise CndevLibraryNotFound(LIBRARY_NAME, tried)
+    lib = open_first(
+        with_override(ENV_LIBRARY, default_paths()) if paths is None else paths,
+        library=LIBRARY_NAME,
+        not_found=CndevLibraryNotFound,
+        signatures=_SIGNATURES,
+    )
+    return Cndev(lib)

@@ -25,9 +25,11 @@ hosts without Ascend drivers can import the backend, and the replay simulator ca
 from __future__ import annotations
 
 import ctypes
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, Final
+
+from gpustack_vendors.bindings.calls import CLibrary, StatusError
+from gpustack_vendors.bindings.loader import LibraryNotFound, open_first, returning, with_override
 
 # -- return codes ----------------------------------------------------------------------------------
 
@@ -361,37 +363,25 @@ def status_name(value: int) -> str:
     return entry[0] if entry else f"DCMI_ERROR_{value}"
 
 
-class DCMIError(Exception):
+class DCMIError(StatusError):
     """A non-zero DCMI return code; consumers branch on :attr:`value`, never on the text.
 
     One class for every code, as ``pydcmi``'s base class; ``args`` is ``(value, function)`` so
     the exception pickles and copies without losing the code.
     """
 
-    def __init__(self, value: int, function: str | None = None) -> None:
-        super().__init__(value, function)
-        self.value = value
-        self.function = function
+    status_name = staticmethod(status_name)
 
-    def __str__(self) -> str:
+    def describe(self) -> str:
+        """The header's name, the value and what it means (or that the code is unknown)."""
         entry = _STATUS_TEXT.get(self.value)
-        text = f"unknown DCMI code {self.value}" if entry is None else f"{entry[0]} ({self.value})"
-        text = text if entry is None else f"{text}: {entry[1]}"
-        return f"{self.function}: {text}" if self.function else text
+        if entry is None:
+            return f"unknown DCMI code {self.value}"
+        return f"{entry[0]} ({self.value}): {entry[1]}"
 
 
-class DcmiLibraryNotFound(OSError):  # noqa: N818 - named for what happened, like NVML's
+class DcmiLibraryNotFound(LibraryNotFound):
     """No candidate path could be opened; the message names every path and why each failed."""
-
-    def __init__(self, library: str, tried: Sequence[tuple[str, str]]) -> None:
-        self.library = library
-        self.attempts = tuple(tried)
-        self.tried = tuple(path for path, _ in tried)
-        listed = "; ".join(f"{path} ({reason})" for path, reason in tried)
-        super().__init__(f"{library} could not be loaded. Tried: {listed or 'no paths'}")
-
-    def __reduce__(self) -> tuple[type[DcmiLibraryNotFound], tuple[str, tuple[Any, ...]]]:
-        return (type(self), (self.library, self.attempts))
 
 
 # -- the wrapper -----------------------------------------------------------------------------------
@@ -403,7 +393,7 @@ def _text(buffer: ctypes.Array[ctypes.c_char]) -> str:
     return buffer.value.decode("utf-8", errors="replace")
 
 
-class Dcmi:
+class Dcmi(CLibrary):
     """Pythonic calls over a ``libdcmi`` object: a ``ctypes.CDLL`` or a fake with its C ABI.
 
     Symbols are looked up per call, so a library lacking one (an older driver) still serves the
@@ -411,20 +401,8 @@ class Dcmi:
     ``pydcmi`` uses for it, rather than ``NOT_SUPPORT``, which would blame the device.
     """
 
-    def __init__(self, lib: object) -> None:
-        self.lib = lib
-
-    def _function(self, name: str) -> _Status:
-        try:
-            function: _Status = getattr(self.lib, name)
-        except AttributeError:
-            raise DCMIError(DCMI_ERROR_FUNCTION_NOT_FOUND, name) from None
-        return function
-
-    def _call(self, name: str, *args: object) -> None:
-        status = int(self._function(name)(*args))
-        if status != DCMI_SUCCESS:
-            raise DCMIError(status, name)
+    error = DCMIError
+    missing_symbol = DCMI_ERROR_FUNCTION_NOT_FOUND
 
     def _struct(self, name: str, struct: ctypes.Structure, *leading: object) -> None:
         self._call(name, *leading, ctypes.byref(struct))
@@ -648,43 +626,34 @@ _i = ctypes.c_int
 _u = ctypes.c_uint
 _P = ctypes.POINTER
 
-_SIGNATURES: Final[dict[str, tuple[Any, ...]]] = {
-    "dcmi_init": (),
-    "dcmi_get_driver_version": (ctypes.c_char_p, _u),
-    "dcmi_get_card_list": (_P(_i), _P(_i), _i),
-    "dcmi_get_device_num_in_card": (_i, _P(_i)),
-    "dcmi_get_device_type": (_i, _i, _P(_u)),
-    "dcmi_get_device_logic_id": (_P(_i), _i, _i),
-    "dcmi_get_device_die_v2": (_i, _i, _i, _P(dcmi_die_id)),
-    "dcmi_get_device_die": (_i, _i, _P(dcmi_die_id)),
-    "dcmi_get_device_chip_info_v2": (_i, _i, _P(dcmi_chip_info_v2)),
-    "dcmi_get_device_pcie_info_v2": (_i, _i, _P(dcmi_pcie_info_all)),
-    "dcmi_get_device_health": (_i, _i, _P(_u)),
-    "dcmi_get_device_hbm_info": (_i, _i, _P(dcmi_hbm_info)),
-    "dcmi_get_device_memory_info_v3": (_i, _i, _P(dcmi_get_memory_info_stru)),
-    "dcmi_get_device_utilization_rate": (_i, _i, _i, _P(_u)),
-    "dcmi_get_device_temperature": (_i, _i, _P(_i)),
-    "dcmi_get_device_power_info": (_i, _i, _P(_i)),
-    "dcmi_get_device_resource_info": (_i, _i, _P(dcmi_proc_mem_info), _P(_i)),
-    "dcmi_get_device_info": (_i, _i, _i, _u, ctypes.c_void_p, _P(_u)),
-}
-
-
-def _declare(lib: ctypes.CDLL) -> None:
-    """Give each symbol we call its C signature; a symbol the library lacks is reported on call."""
-    for name, argtypes in _SIGNATURES.items():
-        try:
-            function = getattr(lib, name)
-        except AttributeError:
-            continue
-        function.argtypes = list(argtypes)
-        function.restype = ctypes.c_int
+_SIGNATURES: Final = returning(
+    ctypes.c_int,
+    {
+        "dcmi_init": (),
+        "dcmi_get_driver_version": (ctypes.c_char_p, _u),
+        "dcmi_get_card_list": (_P(_i), _P(_i), _i),
+        "dcmi_get_device_num_in_card": (_i, _P(_i)),
+        "dcmi_get_device_type": (_i, _i, _P(_u)),
+        "dcmi_get_device_logic_id": (_P(_i), _i, _i),
+        "dcmi_get_device_die_v2": (_i, _i, _i, _P(dcmi_die_id)),
+        "dcmi_get_device_die": (_i, _i, _P(dcmi_die_id)),
+        "dcmi_get_device_chip_info_v2": (_i, _i, _P(dcmi_chip_info_v2)),
+        "dcmi_get_device_pcie_info_v2": (_i, _i, _P(dcmi_pcie_info_all)),
+        "dcmi_get_device_health": (_i, _i, _P(_u)),
+        "dcmi_get_device_hbm_info": (_i, _i, _P(dcmi_hbm_info)),
+        "dcmi_get_device_memory_info_v3": (_i, _i, _P(dcmi_get_memory_info_stru)),
+        "dcmi_get_device_utilization_rate": (_i, _i, _i, _P(_u)),
+        "dcmi_get_device_temperature": (_i, _i, _P(_i)),
+        "dcmi_get_device_power_info": (_i, _i, _P(_i)),
+        "dcmi_get_device_resource_info": (_i, _i, _P(dcmi_proc_mem_info), _P(_i)),
+        "dcmi_get_device_info": (_i, _i, _i, _u, ctypes.c_void_p, _P(_u)),
+    },
+)
 
 
 def candidate_paths() -> tuple[str, ...]:
     """``$DCMI_LIB`` if set, then :data:`DEFAULT_PATHS`."""
-    override = os.environ.get("DCMI_LIB")
-    return ((override,) if override else ()) + DEFAULT_PATHS
+    return with_override("DCMI_LIB", DEFAULT_PATHS)
 
 
 def load_library(paths: Sequence[str] | None = None) -> Dcmi:
@@ -692,13 +661,10 @@ def load_library(paths: Sequence[str] | None = None) -> Dcmi:
 
     The caller still calls :meth:`Dcmi.dcmi_init`. A miss names the library and every path tried.
     """
-    tried: list[tuple[str, str]] = []
-    for path in candidate_paths() if paths is None else paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as exc:
-            tried.append((path, str(exc) or type(exc).__name__))
-            continue
-        _declare(lib)
-        return Dcmi(lib)
-    raise DcmiLibraryNotFound(LIBRARY_NAME, tried)
+    lib = open_first(
+        candidate_paths() if paths is None else paths,
+        library=LIBRARY_NAME,
+        not_found=DcmiLibraryNotFound,
+        signatures=_SIGNATURES,
+    )
+    return Dcmi(lib)

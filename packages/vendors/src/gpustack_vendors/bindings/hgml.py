@@ -28,6 +28,9 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from gpustack_vendors.bindings.calls import StatusError, grow_and_retry
+from gpustack_vendors.bindings.loader import LibraryNotFound, open_first, returning, with_override
+
 # -- hgmlReturn_t (NVML's numbers) ---------------------------------------------------------------
 
 HGML_SUCCESS: Final = 0
@@ -225,34 +228,17 @@ def status_name(value: int) -> str:
     return _STATUS_TEXT.get(value, f"HGML_ERROR_{value}")
 
 
-class HGMLError(Exception):
+class HGMLError(StatusError):
     """A non-success ``hgmlReturn_t``; consumers branch on :attr:`value` (NVML's numbers).
 
     One class for every code; ``args`` is ``(value, function)`` so it pickles and copies.
     """
 
-    def __init__(self, value: int, function: str | None = None) -> None:
-        super().__init__(value, function)
-        self.value = value
-        self.function = function
-
-    def __str__(self) -> str:
-        text = f"{status_name(self.value)} ({self.value})"
-        return f"{self.function}: {text}" if self.function else text
+    status_name = staticmethod(status_name)
 
 
-class HgmlLibraryNotFound(OSError):  # noqa: N818 - named for what happened, like NVML's
+class HgmlLibraryNotFound(LibraryNotFound):
     """No candidate path could be opened; the message names every path and why each failed."""
-
-    def __init__(self, library: str, tried: Sequence[tuple[str, str]]) -> None:
-        self.library = library
-        self.attempts = tuple(tried)
-        self.tried = tuple(path for path, _ in tried)
-        listed = "; ".join(f"{path} ({reason})" for path, reason in tried)
-        super().__init__(f"{library} could not be loaded. Tried: {listed or 'no paths'}")
-
-    def __reduce__(self) -> tuple[type[HgmlLibraryNotFound], tuple[str, tuple[Any, ...]]]:
-        return (type(self), (self.library, self.attempts))
 
 
 # -- the wrapper -----------------------------------------------------------------------------------
@@ -438,31 +424,27 @@ class Hgml:
         self, handle: Any, last_seen: int
     ) -> list[c_hgmlProcessUtilizationInfo_v1_t]:
         """The versioned call: the same negotiation, with count and buffer inside a struct."""
-        method = "hgmlDeviceGetProcessesUtilizationInfo"
-        symbol, function = self._function(method)
-        capacity = 0
-        for _ in range(_NEGOTIATION_ATTEMPTS):
+        symbol, function = self._function("hgmlDeviceGetProcessesUtilizationInfo")
+        info = c_hgmlProcessesUtilizationInfo_t()
+
+        def probe() -> int | None:
+            nonlocal info
             info = c_hgmlProcessesUtilizationInfo_t()
             info.version = hgmlProcessesUtilizationInfo_v1
             info.lastSeenTimeStamp = last_seen
             status = int(function(handle, ctypes.byref(info)))
-            if status == HGML_SUCCESS:
-                return []
-            if status != HGML_ERROR_INSUFFICIENT_SIZE:
-                raise HGMLError(status, symbol)
-            capacity = max(info.processSamplesCount + _SLACK, capacity * 2)
+            return _probed(status, info.processSamplesCount, symbol)
+
+        def fill(capacity: int) -> list[Any] | None:
             buffer = (c_hgmlProcessUtilizationInfo_v1_t * capacity)()
             info.processSamplesCount = capacity
             info.procUtilArray = ctypes.cast(
                 buffer, ctypes.POINTER(c_hgmlProcessUtilizationInfo_v1_t)
             )
             status = int(function(handle, ctypes.byref(info)))
-            if status == HGML_ERROR_INSUFFICIENT_SIZE:
-                continue
-            if status != HGML_SUCCESS:
-                raise HGMLError(status, symbol)
-            return _copied(buffer, info.processSamplesCount, capacity, symbol)
-        raise HGMLError(HGML_ERROR_INSUFFICIENT_SIZE, symbol)
+            return _filled(status, buffer, info.processSamplesCount, capacity, symbol)
+
+        return _grow(probe, fill, symbol)
 
     def _negotiate(
         self,
@@ -478,24 +460,54 @@ class Hgml:
         ``INSUFFICIENT_SIZE``, never returned short: a dropped process would read as free memory.
         """
         symbol, function = self._function(method)
-        capacity = 0
-        for _ in range(_NEGOTIATION_ATTEMPTS):
+
+        def probe() -> int | None:
             count = ctypes.c_uint(0)
             status = int(function(*arguments(None, ctypes.byref(count))))
-            if status == HGML_SUCCESS:
-                return []
-            if status != HGML_ERROR_INSUFFICIENT_SIZE:
-                raise HGMLError(status, symbol)
-            capacity = max(count.value + _SLACK, capacity * 2)
+            return _probed(status, count.value, symbol)
+
+        def fill(capacity: int) -> list[Any] | None:
             buffer = (row_type * capacity)()
             count = ctypes.c_uint(capacity)
             status = int(function(*arguments(buffer, ctypes.byref(count))))
-            if status == HGML_ERROR_INSUFFICIENT_SIZE:
-                continue
-            if status != HGML_SUCCESS:
-                raise HGMLError(status, symbol)
-            return _copied(buffer, count.value, capacity, symbol)
-        raise HGMLError(HGML_ERROR_INSUFFICIENT_SIZE, symbol)
+            return _filled(status, buffer, count.value, capacity, symbol)
+
+        return _grow(probe, fill, symbol)
+
+
+def _probed(status: int, count: int, symbol: str) -> int | None:
+    """A NULL-buffer probe's answer: ``None`` for no rows (``SUCCESS``), else the row count."""
+    if status == HGML_SUCCESS:
+        return None
+    if status != HGML_ERROR_INSUFFICIENT_SIZE:
+        raise HGMLError(status, symbol)
+    return count
+
+
+def _filled(
+    status: int, buffer: ctypes.Array[Any], written: int, capacity: int, symbol: str
+) -> list[Any] | None:
+    """A fill's rows, or ``None`` when the list outgrew the buffer and must be probed again."""
+    if status == HGML_ERROR_INSUFFICIENT_SIZE:
+        return None
+    if status != HGML_SUCCESS:
+        raise HGMLError(status, symbol)
+    return _copied(buffer, written, capacity, symbol)
+
+
+def _grow(
+    probe: Callable[[], int | None], fill: Callable[[int], list[Any] | None], symbol: str
+) -> list[Any]:
+    """HGML's bounded probe-then-fill rounds; a list still growing is ``INSUFFICIENT_SIZE``."""
+    empty: list[Any] = []
+    return grow_and_retry(
+        probe,
+        fill,
+        attempts=_NEGOTIATION_ATTEMPTS,
+        slack=_SLACK,
+        empty=empty,
+        exhausted=lambda: HGMLError(HGML_ERROR_INSUFFICIENT_SIZE, symbol),
+    )
 
 
 def _copied(buffer: ctypes.Array[Any], written: int, capacity: int, symbol: str) -> list[Any]:
@@ -527,54 +539,45 @@ def candidate_paths() -> tuple[str, ...]:
     ``$HGML_LIB`` if set; then ``lib`` and ``lib64`` under ``$PPU_HOME`` (default
     ``/usr/local/PPU_SDK``); then the dynamic linker's search path.
     """
-    override = os.environ.get("HGML_LIB")
     home = os.environ.get("PPU_HOME") or PPU_HOME
     paths = (f"{home}/lib/{LIBRARY_NAME}", f"{home}/lib64/{LIBRARY_NAME}", LIBRARY_NAME)
-    return ((override,) if override else ()) + paths
+    return with_override("HGML_LIB", paths)
 
 
 _u = ctypes.c_uint
 _P = ctypes.POINTER
 _D = c_hgmlDevice_t
 
-_SIGNATURES: Final[dict[str, tuple[Any, ...]]] = {
-    "hgmlInitWithFlags": (_u,),
-    "hgmlShutdown": (),
-    "hgmlSystemGetDriverVersion": (ctypes.c_char_p, _u),
-    "hgmlSystemGetHggcDriverVersion": (_P(ctypes.c_int),),
-    "hgmlDeviceGetCount_v2": (_P(_u),),
-    "hgmlDeviceGetHandleByIndex_v2": (_u, _P(_D)),
-    "hgmlDeviceGetUUID": (_D, ctypes.c_char_p, _u),
-    "hgmlDeviceGetName": (_D, ctypes.c_char_p, _u),
-    "hgmlDeviceGetPciInfo_v3": (_D, _P(hgmlPciInfo_t)),
-    "hgmlDeviceGetNumGpuCores": (_D, _P(_u)),
-    "hgmlDeviceGetMemoryInfo": (_D, _P(c_hgmlMemory_t)),
-    "hgmlDeviceGetUtilizationRates": (_D, _P(c_hgmlUtilization_t)),
-    "hgmlDeviceGetTemperature": (_D, _u, _P(_u)),
-    "hgmlDeviceGetPowerUsage": (_D, _P(_u)),
-    "hgmlDeviceGetMigMode": (_D, _P(_u), _P(_u)),
-    "hgmlDeviceGetMaxMigDeviceCount": (_D, _P(_u)),
-    "hgmlDeviceGetMigDeviceHandleByIndex": (_D, _u, _P(_D)),
-    "hgmlDeviceGetComputeRunningProcesses_v3": (_D, _P(_u), _P(c_hgmlProcessInfo_t)),
-    "hgmlDeviceGetProcessUtilization": (
-        _D,
-        _P(c_hgmlProcessUtilizationSample_t),
-        _P(_u),
-        ctypes.c_ulonglong,
-    ),
-    "hgmlDeviceGetProcessesUtilizationInfo": (_D, _P(c_hgmlProcessesUtilizationInfo_t)),
-}
-
-
-def _declare(lib: ctypes.CDLL) -> None:
-    """Give each symbol we call its C signature; a symbol the library lacks is reported on call."""
-    for name, argtypes in _SIGNATURES.items():
-        try:
-            function = getattr(lib, name)
-        except AttributeError:
-            continue
-        function.argtypes = list(argtypes)
-        function.restype = ctypes.c_uint
+_SIGNATURES: Final = returning(
+    ctypes.c_uint,
+    {
+        "hgmlInitWithFlags": (_u,),
+        "hgmlShutdown": (),
+        "hgmlSystemGetDriverVersion": (ctypes.c_char_p, _u),
+        "hgmlSystemGetHggcDriverVersion": (_P(ctypes.c_int),),
+        "hgmlDeviceGetCount_v2": (_P(_u),),
+        "hgmlDeviceGetHandleByIndex_v2": (_u, _P(_D)),
+        "hgmlDeviceGetUUID": (_D, ctypes.c_char_p, _u),
+        "hgmlDeviceGetName": (_D, ctypes.c_char_p, _u),
+        "hgmlDeviceGetPciInfo_v3": (_D, _P(hgmlPciInfo_t)),
+        "hgmlDeviceGetNumGpuCores": (_D, _P(_u)),
+        "hgmlDeviceGetMemoryInfo": (_D, _P(c_hgmlMemory_t)),
+        "hgmlDeviceGetUtilizationRates": (_D, _P(c_hgmlUtilization_t)),
+        "hgmlDeviceGetTemperature": (_D, _u, _P(_u)),
+        "hgmlDeviceGetPowerUsage": (_D, _P(_u)),
+        "hgmlDeviceGetMigMode": (_D, _P(_u), _P(_u)),
+        "hgmlDeviceGetMaxMigDeviceCount": (_D, _P(_u)),
+        "hgmlDeviceGetMigDeviceHandleByIndex": (_D, _u, _P(_D)),
+        "hgmlDeviceGetComputeRunningProcesses_v3": (_D, _P(_u), _P(c_hgmlProcessInfo_t)),
+        "hgmlDeviceGetProcessUtilization": (
+            _D,
+            _P(c_hgmlProcessUtilizationSample_t),
+            _P(_u),
+            ctypes.c_ulonglong,
+        ),
+        "hgmlDeviceGetProcessesUtilizationInfo": (_D, _P(c_hgmlProcessesUtilizationInfo_t)),
+    },
+)
 
 
 def load_library(paths: Sequence[str] | None = None) -> Hgml:
@@ -584,16 +587,18 @@ def load_library(paths: Sequence[str] | None = None) -> Hgml:
     as pyhgml does for its bundled copy. The caller still calls :meth:`Hgml.hgmlInit`. A miss
     names the library and every path tried.
     """
-    tried: list[tuple[str, str]] = []
-    for path in candidate_paths() if paths is None else paths:
-        helper = os.path.join(os.path.dirname(path), HELPER_NAME)
-        try:
-            if os.path.isabs(path) and os.path.exists(helper):
-                ctypes.CDLL(helper, mode=ctypes.RTLD_GLOBAL)
-            lib = ctypes.CDLL(path)
-        except OSError as exc:
-            tried.append((path, str(exc) or type(exc).__name__))
-            continue
-        _declare(lib)
-        return Hgml(lib)
-    raise HgmlLibraryNotFound(LIBRARY_NAME, tried)
+    lib = open_first(
+        candidate_paths() if paths is None else paths,
+        library=LIBRARY_NAME,
+        not_found=HgmlLibraryNotFound,
+        signatures=_SIGNATURES,
+        before=_load_helper,
+    )
+    return Hgml(lib)
+
+
+def _load_helper(path: str) -> None:
+    """``libuki.so`` beside an absolute candidate, ``RTLD_GLOBAL``, when it is there."""
+    helper = os.path.join(os.path.dirname(path), HELPER_NAME)
+    if os.path.isabs(path) and os.path.exists(helper):
+        ctypes.CDLL(helper, mode=ctypes.RTLD_GLOBAL)

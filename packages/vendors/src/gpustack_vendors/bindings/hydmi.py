@@ -36,6 +36,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from gpustack_vendors.bindings.calls import StatusError
+from gpustack_vendors.bindings.loader import LibraryNotFound, open_first, returning, with_override
+
 # -- nvmlReturn_t, verbatim ----------------------------------------------------------------------
 
 DMI_SUCCESS: Final = 0
@@ -187,34 +190,17 @@ def status_name(value: int) -> str:
     return _STATUS_NAMES.get(value, f"DMI_ERROR_{value}")
 
 
-class HyDmiError(Exception):
+class HyDmiError(StatusError):
     """A non-success ``nvmlReturn_t``; consumers branch on :attr:`value`, never on the text.
 
     ``args`` is ``(value, function)`` so the exception pickles and copies without losing the code.
     """
 
-    def __init__(self, value: int, function: str | None = None) -> None:
-        super().__init__(value, function)
-        self.value = value
-        self.function = function
-
-    def __str__(self) -> str:
-        text = f"{status_name(self.value)} ({self.value})"
-        return f"{self.function}: {text}" if self.function else text
+    status_name = staticmethod(status_name)
 
 
-class HyDmiLibraryNotFound(OSError):  # noqa: N818 - named for what happened, like NVML's
+class HyDmiLibraryNotFound(LibraryNotFound):
     """No candidate path could be opened; the message names every path and why each failed."""
-
-    def __init__(self, library: str, tried: Sequence[tuple[str, str]]) -> None:
-        self.library = library
-        self.attempts = tuple(tried)
-        self.tried = tuple(path for path, _ in tried)
-        listed = "; ".join(f"{path} ({reason})" for path, reason in tried)
-        super().__init__(f"{library} could not be loaded. Tried: {listed or 'no paths'}")
-
-    def __reduce__(self) -> tuple[type[HyDmiLibraryNotFound], tuple[str, tuple[Any, ...]]]:
-        return (type(self), (self.library, self.attempts))
 
 
 # -- the instance registry -----------------------------------------------------------------------
@@ -458,32 +444,24 @@ _uint = ctypes.c_uint
 _P = ctypes.POINTER
 _h = ctypes.c_void_p
 
-_SIGNATURES: Final[dict[str, tuple[Any, ...]]] = {
-    "nvmlGetSystemMigMode": (_P(_uint), _P(_uint)),
-    "nvmlDeviceGetCount": (_P(_uint),),
-    "nvmlDeviceGetHandleByPciBusId": (ctypes.c_char_p, _P(_h)),
-    "nvmlDeviceGetIndex": (_h, _P(_uint)),
-    "nvmlDeviceGetMaxMigDeviceCount": (_h, _P(_uint)),
-    "nvmlDeviceGetGpuInstanceProfileInfo": (_h, _uint, _P(dmiGpuInstanceProfileInfo_t)),
-    "nvmlDeviceGetMigDeviceHandleByIndex": (_h, _uint, _P(_h)),
-    "nvmlDeviceGetGpuInstanceById": (_h, _uint, _P(_h)),
-    "nvmlGpuInstanceGetInfo": (_h, _P(dmiGpuInstanceInfo_t)),
-    "nvmlDeviceGetGpuInstanceId": (_h, _P(_uint)),
-    "nvmlDeviceGetComputeInstanceId": (_h, _P(_uint)),
-    "nvmlDeviceGetMemoryInfo": (_h, _P(dmiMemory_t)),
-    "nvmlDeviceGetUtilizationRates": (_h, _P(dmiUtilization_t)),
-}
-
-
-def _declare(lib: object) -> None:
-    """C signatures, so ctypes checks widths; a symbol the library lacks is skipped here."""
-    for name, argtypes in _SIGNATURES.items():
-        try:
-            function = getattr(lib, name)
-        except AttributeError:
-            continue
-        function.argtypes = list(argtypes)
-        function.restype = ctypes.c_int
+_SIGNATURES: Final = returning(
+    ctypes.c_int,
+    {
+        "nvmlGetSystemMigMode": (_P(_uint), _P(_uint)),
+        "nvmlDeviceGetCount": (_P(_uint),),
+        "nvmlDeviceGetHandleByPciBusId": (ctypes.c_char_p, _P(_h)),
+        "nvmlDeviceGetIndex": (_h, _P(_uint)),
+        "nvmlDeviceGetMaxMigDeviceCount": (_h, _P(_uint)),
+        "nvmlDeviceGetGpuInstanceProfileInfo": (_h, _uint, _P(dmiGpuInstanceProfileInfo_t)),
+        "nvmlDeviceGetMigDeviceHandleByIndex": (_h, _uint, _P(_h)),
+        "nvmlDeviceGetGpuInstanceById": (_h, _uint, _P(_h)),
+        "nvmlGpuInstanceGetInfo": (_h, _P(dmiGpuInstanceInfo_t)),
+        "nvmlDeviceGetGpuInstanceId": (_h, _P(_uint)),
+        "nvmlDeviceGetComputeInstanceId": (_h, _P(_uint)),
+        "nvmlDeviceGetMemoryInfo": (_h, _P(dmiMemory_t)),
+        "nvmlDeviceGetUtilizationRates": (_h, _P(dmiUtilization_t)),
+    },
+)
 
 
 def load_library(
@@ -495,16 +473,11 @@ def load_library(
     ``RTLD_LOCAL`` so its ``nvml*`` symbols stay out of the global namespace. Raises
     :class:`HyDmiLibraryNotFound` naming every path tried and why each failed.
     """
-    if paths is None:
-        override = os.environ.get("HYDMI_MIG_LIB")
-        paths = ((override,) if override else ()) + DEFAULT_PATHS
-    tried: list[tuple[str, str]] = []
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL)
-        except OSError as exc:
-            tried.append((path, str(exc) or type(exc).__name__))
-            continue
-        _declare(lib)
-        return HyDmiMig(lib, registry)
-    raise HyDmiLibraryNotFound(LIBRARY_NAME, tried)
+    lib = open_first(
+        with_override("HYDMI_MIG_LIB", DEFAULT_PATHS) if paths is None else paths,
+        library=LIBRARY_NAME,
+        not_found=HyDmiLibraryNotFound,
+        signatures=_SIGNATURES,
+        mode=os.RTLD_LOCAL,
+    )
+    return HyDmiMig(lib, registry)

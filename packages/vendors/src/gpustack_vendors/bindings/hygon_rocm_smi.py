@@ -24,11 +24,11 @@ the base binding: nothing is opened until :func:`load_library`.
 from __future__ import annotations
 
 import ctypes
-import os
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 from gpustack_vendors.bindings import rocm_smi
+from gpustack_vendors.bindings.loader import declare, returning, with_override
 from gpustack_vendors.bindings.rocm_smi import RocmSmi
 
 RSMI_MEM_TYPE_VRAM: Final = 0
@@ -143,27 +143,20 @@ _u32 = ctypes.c_uint32
 _u64 = ctypes.c_uint64
 _P = ctypes.POINTER
 
-_SIGNATURES: Final[dict[str, tuple[Any, ...]]] = {
-    "rsmi_dev_unique_id_get": (_u32, _P(_u64)),
-    "rsmi_dev_name_get": (_u32, ctypes.c_char_p, ctypes.c_size_t),
-    "rsmi_dev_memory_total_get": (_u32, _u32, _P(_u64)),
-    "rsmi_dev_memory_usage_get": (_u32, _u32, _P(_u64)),
-    "rsmi_dev_busy_percent_get": (_u32, _P(_u32)),
-    "rsmi_dev_temp_metric_get": (_u32, _u32, _u32, _P(ctypes.c_int64)),
-    "rsmi_dev_power_ave_get": (_u32, _u32, _P(_u64)),
-    "rsmi_version_str_get": (_u32, ctypes.c_char_p, _u32),
-}
-
-
-def _declare(lib: object) -> None:
-    """C signatures for the card-level symbols; the base binding declares its own."""
-    for name, argtypes in _SIGNATURES.items():
-        try:
-            function = getattr(lib, name)
-        except AttributeError:
-            continue  # reported when called, as FAIL_LOAD_SYMBOL
-        function.argtypes = list(argtypes)
-        function.restype = _u32
+_SIGNATURES: Final = returning(
+    _u32,
+    {
+        "rsmi_dev_unique_id_get": (_u32, _P(_u64)),
+        "rsmi_dev_name_get": (_u32, ctypes.c_char_p, ctypes.c_size_t),
+        "rsmi_dev_memory_total_get": (_u32, _u32, _P(_u64)),
+        "rsmi_dev_memory_usage_get": (_u32, _u32, _P(_u64)),
+        "rsmi_dev_busy_percent_get": (_u32, _P(_u32)),
+        "rsmi_dev_temp_metric_get": (_u32, _u32, _u32, _P(ctypes.c_int64)),
+        "rsmi_dev_power_ave_get": (_u32, _u32, _P(_u64)),
+        "rsmi_version_str_get": (_u32, ctypes.c_char_p, _u32),
+    },
+)
+"""C signatures for the card-level symbols; the base binding declares its own."""
 
 
 def load_library(paths: Sequence[str] | None = None) -> HygonRocmSmi:
@@ -173,9 +166,8 @@ def load_library(paths: Sequence[str] | None = None) -> HygonRocmSmi:
     :class:`~gpustack_vendors.bindings.rocm_smi.RocmSmiLibraryNotFound` naming every path tried
     and why each failed. The caller still calls :meth:`HygonRocmSmi.rsmi_init`.
     """
-    if paths is None:
-        override = os.environ.get("ROCM_SMI_LIB")
-        paths = ((override,) if override else ()) + DEFAULT_PATHS
-    base = rocm_smi.load_library(paths)
-    _declare(base.lib)
+    base = rocm_smi.load_library(
+        with_override("ROCM_SMI_LIB", DEFAULT_PATHS) if paths is None else paths
+    )
+    declare(base.lib, _SIGNATURES)
     return HygonRocmSmi(base.lib)

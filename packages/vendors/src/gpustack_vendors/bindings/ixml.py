@@ -26,7 +26,10 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Final
+
+from gpustack_vendors.bindings.calls import CLibrary, StatusError
+from gpustack_vendors.bindings.loader import LibraryNotFound, open_first, returning, with_override
 
 # -- nvmlReturn_t (IXML keeps NVML's numbers) -----------------------------------------------------
 
@@ -162,31 +165,14 @@ def status_name(value: int) -> str:
     return _STATUS_NAMES.get(value, f"NVML_STATUS_{value}")
 
 
-class IXMLError(Exception):
+class IXMLError(StatusError):
     """A non-success ``nvmlReturn_t`` from IXML; consumers branch on :attr:`value`."""
 
-    def __init__(self, value: int, function: str | None = None) -> None:
-        super().__init__(value, function)
-        self.value = value
-        self.function = function
-
-    def __str__(self) -> str:
-        text = f"{status_name(self.value)} ({self.value})"
-        return f"{self.function}: {text}" if self.function else text
+    status_name = staticmethod(status_name)
 
 
-class IxmlLibraryNotFound(OSError):  # noqa: N818 - named for what happened, like NVML's
+class IxmlLibraryNotFound(LibraryNotFound):
     """No candidate path opened as IXML; the message names every path and why each failed."""
-
-    def __init__(self, library: str, tried: Sequence[tuple[str, str]]) -> None:
-        self.library = library
-        self.attempts = tuple(tried)
-        self.tried = tuple(path for path, _ in tried)
-        listed = "; ".join(f"{path} ({reason})" for path, reason in tried)
-        super().__init__(f"{library} could not be loaded. Tried: {listed or 'no paths'}")
-
-    def __reduce__(self) -> tuple[type[IxmlLibraryNotFound], tuple[str, tuple[Any, ...]]]:
-        return (type(self), (self.library, self.attempts))
 
 
 # -- the wrapper ----------------------------------------------------------------------------------
@@ -200,27 +186,15 @@ MAX_ROWS: Final = 4096
 _Status = Callable[..., int]
 
 
-class Ixml:
+class Ixml(CLibrary):
     """Pythonic calls over a ``libixml`` object: a ``ctypes.CDLL`` or a fake with its ABI.
 
     Symbols are looked up per call; a missing one raises
     ``IXMLError(NVML_ERROR_FUNCTION_NOT_FOUND)``.
     """
 
-    def __init__(self, lib: object) -> None:
-        self.lib = lib
-
-    def _function(self, name: str) -> _Status:
-        try:
-            function: _Status = getattr(self.lib, name)
-        except AttributeError:
-            raise IXMLError(NVML_ERROR_FUNCTION_NOT_FOUND, name) from None
-        return function
-
-    def _call(self, name: str, *args: object) -> None:
-        status = int(self._function(name)(*args))
-        if status != NVML_SUCCESS:
-            raise IXMLError(status, name)
+    error = IXMLError
+    missing_symbol = NVML_ERROR_FUNCTION_NOT_FOUND
 
     def _text(self, name: str, size: int, *leading: object) -> str:
         buffer = ctypes.create_string_buffer(size)
@@ -379,39 +353,31 @@ def default_paths() -> tuple[str, ...]:
 
 
 _P = ctypes.POINTER
-_SIGNATURES: Final[dict[str, tuple[Any, ...]]] = {
-    "nvmlInit_v2": (),
-    "nvmlShutdown": (),
-    "nvmlSystemGetDriverVersion": (ctypes.c_char_p, _uint),
-    "nvmlSystemGetCudaDriverVersion": (_P(ctypes.c_int),),
-    "nvmlDeviceGetCount_v2": (_P(_uint),),
-    "nvmlDeviceGetHandleByIndex_v2": (_uint, _P(ctypes.c_void_p)),
-    "nvmlDeviceGetUUID": (ctypes.c_void_p, ctypes.c_char_p, _uint),
-    "nvmlDeviceGetName": (ctypes.c_void_p, ctypes.c_char_p, _uint),
-    "nvmlDeviceGetPciInfo_v3": (ctypes.c_void_p, _P(c_nvmlPciInfo_t)),
-    "nvmlDeviceGetMemoryInfo_v2": (ctypes.c_void_p, _P(c_nvmlMemory_v2_t)),
-    "nvmlDeviceGetMemoryInfo": (ctypes.c_void_p, _P(c_nvmlMemory_t)),
-    "nvmlDeviceGetUtilizationRates": (ctypes.c_void_p, _P(c_nvmlUtilization_t)),
-    "nvmlDeviceGetTemperature": (ctypes.c_void_p, _uint, _P(_uint)),
-    "nvmlDeviceGetPowerUsage": (ctypes.c_void_p, _P(_uint)),
-    "ixmlDeviceGetHealth": (ctypes.c_void_p, _P(_ull)),
-    "nvmlDeviceGetComputeRunningProcesses": (
-        ctypes.c_void_p,
-        _P(_uint),
-        _P(c_nvmlProcessInfo_v1_t),
-    ),
-}
-
-
-def _declare(lib: ctypes.CDLL) -> None:
-    """Give each symbol its C signature; one the library lacks is reported when called."""
-    for name, argtypes in _SIGNATURES.items():
-        try:
-            function = getattr(lib, name)
-        except AttributeError:
-            continue
-        function.argtypes = list(argtypes)
-        function.restype = _uint
+_SIGNATURES: Final = returning(
+    _uint,
+    {
+        "nvmlInit_v2": (),
+        "nvmlShutdown": (),
+        "nvmlSystemGetDriverVersion": (ctypes.c_char_p, _uint),
+        "nvmlSystemGetCudaDriverVersion": (_P(ctypes.c_int),),
+        "nvmlDeviceGetCount_v2": (_P(_uint),),
+        "nvmlDeviceGetHandleByIndex_v2": (_uint, _P(ctypes.c_void_p)),
+        "nvmlDeviceGetUUID": (ctypes.c_void_p, ctypes.c_char_p, _uint),
+        "nvmlDeviceGetName": (ctypes.c_void_p, ctypes.c_char_p, _uint),
+        "nvmlDeviceGetPciInfo_v3": (ctypes.c_void_p, _P(c_nvmlPciInfo_t)),
+        "nvmlDeviceGetMemoryInfo_v2": (ctypes.c_void_p, _P(c_nvmlMemory_v2_t)),
+        "nvmlDeviceGetMemoryInfo": (ctypes.c_void_p, _P(c_nvmlMemory_t)),
+        "nvmlDeviceGetUtilizationRates": (ctypes.c_void_p, _P(c_nvmlUtilization_t)),
+        "nvmlDeviceGetTemperature": (ctypes.c_void_p, _uint, _P(_uint)),
+        "nvmlDeviceGetPowerUsage": (ctypes.c_void_p, _P(_uint)),
+        "ixmlDeviceGetHealth": (ctypes.c_void_p, _P(_ull)),
+        "nvmlDeviceGetComputeRunningProcesses": (
+            ctypes.c_void_p,
+            _P(_uint),
+            _P(c_nvmlProcessInfo_v1_t),
+        ),
+    },
+)
 
 
 def load_library(paths: Sequence[str] | None = None) -> Ixml:
@@ -420,21 +386,18 @@ def load_library(paths: Sequence[str] | None = None) -> Ixml:
     Without ``paths``: ``$IXML_LIB`` if set, then :func:`default_paths`. The caller still calls
     :meth:`Ixml.nvmlInit_v2`.
     """
-    if paths is None:
-        override = os.environ.get(ENV_LIBRARY)
-        candidates: Sequence[str] = ((override,) if override else ()) + default_paths()
-    else:
-        candidates = paths
-    tried: list[tuple[str, str]] = []
-    for path in candidates:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as exc:
-            tried.append((path, str(exc) or type(exc).__name__))
-            continue
-        if not hasattr(lib, IDENTIFYING_SYMBOL):
-            tried.append((path, f"no {IDENTIFYING_SYMBOL}: not Iluvatar's IXML"))
-            continue
-        _declare(lib)
-        return Ixml(lib)
-    raise IxmlLibraryNotFound(LIBRARY_NAME, tried)
+    lib = open_first(
+        with_override(ENV_LIBRARY, default_paths()) if paths is None else paths,
+        library=LIBRARY_NAME,
+        not_found=IxmlLibraryNotFound,
+        signatures=_SIGNATURES,
+        reject=_not_ixml,
+    )
+    return Ixml(lib)
+
+
+def _not_ixml(lib: ctypes.CDLL) -> str | None:
+    """Why a library that opened is not IXML (libupnp's parser shares the soname), or None."""
+    if hasattr(lib, IDENTIFYING_SYMBOL):
+        return None
+    return f"no {IDENTIFYING_SYMBOL}: not Iluvatar's IXML"

@@ -34,6 +34,9 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from gpustack_vendors.bindings.calls import CLibrary, StatusError
+from gpustack_vendors.bindings.loader import LibraryNotFound, open_first, with_override
+
 # -- mxSmlReturn_t --------------------------------------------------------------------------------
 
 MXSML_SUCCESS: Final = 0
@@ -193,31 +196,14 @@ def status_name(value: int) -> str:
     return _STATUS_NAMES.get(value, f"MXSML_STATUS_{value}")
 
 
-class MXSMLError(Exception):
+class MXSMLError(StatusError):
     """A non-success ``mxSmlReturn_t``; consumers branch on :attr:`value`, never on the text."""
 
-    def __init__(self, value: int, function: str | None = None) -> None:
-        super().__init__(value, function)
-        self.value = value
-        self.function = function
-
-    def __str__(self) -> str:
-        text = f"{status_name(self.value)} ({self.value})"
-        return f"{self.function}: {text}" if self.function else text
+    status_name = staticmethod(status_name)
 
 
-class MxsmlLibraryNotFound(OSError):  # noqa: N818 - named for what happened, like NVML's
+class MxsmlLibraryNotFound(LibraryNotFound):
     """No candidate path could be opened; the message names every path and why each failed."""
-
-    def __init__(self, library: str, tried: Sequence[tuple[str, str]]) -> None:
-        self.library = library
-        self.attempts = tuple(tried)
-        self.tried = tuple(path for path, _ in tried)
-        listed = "; ".join(f"{path} ({reason})" for path, reason in tried)
-        super().__init__(f"{library} could not be loaded. Tried: {listed or 'no paths'}")
-
-    def __reduce__(self) -> tuple[type[MxsmlLibraryNotFound], tuple[str, tuple[Any, ...]]]:
-        return (type(self), (self.library, self.attempts))
 
 
 # -- the wrapper ----------------------------------------------------------------------------------
@@ -234,27 +220,15 @@ MAX_ROWS: Final = 4096
 _Status = Callable[..., int]
 
 
-class Mxsml:
+class Mxsml(CLibrary):
     """Pythonic calls over a ``libmxsml`` object: a ``ctypes.CDLL`` or a fake with its ABI.
 
     Symbols are looked up per call; a missing one raises
     ``MXSMLError(MXSML_ERROR_FUNCTION_NOT_FOUND)``.
     """
 
-    def __init__(self, lib: object) -> None:
-        self.lib = lib
-
-    def _function(self, name: str) -> _Status:
-        try:
-            function: _Status = getattr(self.lib, name)
-        except AttributeError:
-            raise MXSMLError(MXSML_ERROR_FUNCTION_NOT_FOUND, name) from None
-        return function
-
-    def _call(self, name: str, *args: object) -> None:
-        status = int(self._function(name)(*args))
-        if status != MXSML_SUCCESS:
-            raise MXSMLError(status, name)
+    error = MXSMLError
+    missing_symbol = MXSML_ERROR_FUNCTION_NOT_FOUND
 
     def mxSmlInit(self) -> None:
         """Discover and initialise the devices."""
@@ -397,35 +371,16 @@ _SIGNATURES: Final[dict[str, tuple[tuple[Any, ...], Any]]] = {
 }
 
 
-def _declare(lib: ctypes.CDLL) -> None:
-    """Give each symbol its C signature; one the library lacks is reported when called."""
-    for name, (argtypes, restype) in _SIGNATURES.items():
-        try:
-            function = getattr(lib, name)
-        except AttributeError:
-            continue
-        function.argtypes = list(argtypes)
-        function.restype = restype
-
-
 def load_library(paths: Sequence[str] | None = None) -> Mxsml:
     """Open MXSML from the first path that loads; ``paths`` replaces the default search.
 
     Without ``paths``: ``$MXSML_LIB`` if set, then :func:`default_paths`. The caller still calls
     :meth:`Mxsml.mxSmlInit`.
     """
-    if paths is None:
-        override = os.environ.get(ENV_LIBRARY)
-        candidates: Sequence[str] = ((override,) if override else ()) + default_paths()
-    else:
-        candidates = paths
-    tried: list[tuple[str, str]] = []
-    for path in candidates:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as exc:
-            tried.append((path, str(exc) or type(exc).__name__))
-            continue
-        _declare(lib)
-        return Mxsml(lib)
-    raise MxsmlLibraryNotFound(LIBRARY_NAME, tried)
+    lib = open_first(
+        with_override(ENV_LIBRARY, default_paths()) if paths is None else paths,
+        library=LIBRARY_NAME,
+        not_found=MxsmlLibraryNotFound,
+        signatures=_SIGNATURES,
+    )
+    return Mxsml(lib)

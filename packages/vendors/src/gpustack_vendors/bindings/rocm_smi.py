@@ -22,9 +22,11 @@ fake library instead.
 from __future__ import annotations
 
 import ctypes
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, Final
+
+from gpustack_vendors.bindings.calls import CLibrary, StatusError, grow_and_retry
+from gpustack_vendors.bindings.loader import LibraryNotFound, open_first, returning, with_override
 
 # -- rsmi_status_t --------------------------------------------------------------------------------
 
@@ -125,7 +127,7 @@ def status_name(value: int) -> str:
     return entry[0] if entry else f"RSMI_STATUS_{value}"
 
 
-class ROCMSMIError(Exception):
+class ROCMSMIError(StatusError):
     """A non-success ``rsmi_status_t``; consumers branch on :attr:`value`, never on the text.
 
     One class for every status, because gpustack's ``pyrocmsmi`` raises one class and backends
@@ -133,34 +135,18 @@ class ROCMSMIError(Exception):
     (the runtime clones a cached init failure) without losing the code.
     """
 
-    def __init__(self, value: int, function: str | None = None) -> None:
-        super().__init__(value, function)
-        self.value = value
-        self.function = function
+    status_name = staticmethod(status_name)
 
-    def __str__(self) -> str:
+    def describe(self) -> str:
+        """The header's name, the value and what it means (or that the code is unknown)."""
         entry = _STATUS_TEXT.get(self.value)
         if entry is None:
-            text = f"unknown ROCm SMI status {self.value}"
-        else:
-            text = f"{entry[0]} ({self.value}): {entry[1]}"
-        return f"{self.function}: {text}" if self.function else text
+            return f"unknown ROCm SMI status {self.value}"
+        return f"{entry[0]} ({self.value}): {entry[1]}"
 
 
-class RocmSmiLibraryNotFound(OSError):  # noqa: N818 - named for what happened, like NVML's
+class RocmSmiLibraryNotFound(LibraryNotFound):
     """No candidate path could be opened; the message names every path and why each failed."""
-
-    def __init__(self, library: str, tried: Sequence[tuple[str, str]]) -> None:
-        self.library = library
-        self.attempts = tuple(tried)
-        self.tried = tuple(path for path, _ in tried)
-        listed = "; ".join(f"{path} ({reason})" for path, reason in tried)
-        super().__init__(f"{library} could not be loaded. Tried: {listed or 'no paths'}")
-
-    def __reduce__(self) -> tuple[type[RocmSmiLibraryNotFound], tuple[str, tuple[Any, ...]]]:
-        # OSError pickles as ``cls(*args)`` and our args are the message alone; rebuild from the
-        # attempts instead, so a cached load failure survives copy and pickle.
-        return (type(self), (self.library, self.attempts))
 
 
 # -- the wrapper ---------------------------------------------------------------------------------
@@ -174,7 +160,7 @@ _SLACK: Final = 8
 _Status = Callable[..., int]
 
 
-class RocmSmi:
+class RocmSmi(CLibrary):
     """Pythonic calls over a ``librocm_smi64`` object: a ``ctypes.CDLL`` or a fake with its ABI.
 
     Symbols are looked up per call, not at construction, so a library that lacks one function
@@ -184,20 +170,8 @@ class RocmSmi:
     mismatch from whoever reads the log.
     """
 
-    def __init__(self, lib: object) -> None:
-        self.lib = lib
-
-    def _function(self, name: str) -> _Status:
-        try:
-            function: _Status = getattr(self.lib, name)
-        except AttributeError:
-            raise ROCMSMIError(RSMI_STATUS_FAIL_LOAD_SYMBOL, name) from None
-        return function
-
-    def _call(self, name: str, *args: object) -> None:
-        status = int(self._function(name)(*args))
-        if status != RSMI_STATUS_SUCCESS:
-            raise ROCMSMIError(status, name)
+    error = ROCMSMIError
+    missing_symbol = RSMI_STATUS_FAIL_LOAD_SYMBOL
 
     def rsmi_init(self, flags: int = 0) -> None:
         """Initialise the library; ``flags`` are ``rsmi_init_flags_t`` bits (0: AMD GPUs only)."""
@@ -248,27 +222,35 @@ class RocmSmi:
         the capacity on that status, so the fill call never says how long the list has become.
         """
         function = self._function(name)
-        capacity = 0
-        for _ in range(_NEGOTIATION_ATTEMPTS):
+
+        def probe() -> int | None:
             count = ctypes.c_uint32(0)
             status = int(function(*leading, None, ctypes.pointer(count)))
             if status != RSMI_STATUS_SUCCESS:
                 raise ROCMSMIError(status, name)
-            if count.value == 0:
-                return (row_type * 0)(), 0
-            capacity = max(count.value + _SLACK, capacity * 2)
+            return count.value or None
+
+        def fill(capacity: int) -> tuple[ctypes.Array[Any], int] | None:
             buffer = (row_type * capacity)()
             written = ctypes.c_uint32(capacity)
             status = int(function(*leading, buffer, ctypes.pointer(written)))
             if status == RSMI_STATUS_INSUFFICIENT_SIZE:
-                continue
+                return None
             if status != RSMI_STATUS_SUCCESS:
                 raise ROCMSMIError(status, name)
             if written.value > capacity:
                 # The library claims rows it had no room for: memory past the buffer is garbage.
                 raise ROCMSMIError(RSMI_STATUS_UNEXPECTED_SIZE, name)
             return buffer, written.value
-        raise ROCMSMIError(RSMI_STATUS_INSUFFICIENT_SIZE, name)
+
+        return grow_and_retry(
+            probe,
+            fill,
+            attempts=_NEGOTIATION_ATTEMPTS,
+            slack=_SLACK,
+            empty=((row_type * 0)(), 0),
+            exhausted=lambda: ROCMSMIError(RSMI_STATUS_INSUFFICIENT_SIZE, name),
+        )
 
 
 def pci_address(bdfid: int) -> str:
@@ -305,30 +287,19 @@ _u32 = ctypes.c_uint32
 _u64 = ctypes.c_uint64
 _P = ctypes.POINTER
 
-_SIGNATURES: Final[dict[str, tuple[Any, ...]]] = {
-    "rsmi_init": (_u64,),
-    "rsmi_shut_down": (),
-    "rsmi_num_monitor_devices": (_P(_u32),),
-    "rsmi_dev_pci_id_get": (_u32, _P(_u64)),
-    "rsmi_compute_process_info_get": (_P(rsmi_process_info_t), _P(_u32)),
-    "rsmi_compute_process_gpus_get": (_u32, _P(_u32), _P(_u32)),
-    "rsmi_compute_process_info_by_device_get": (_u32, _u32, _P(rsmi_process_info_t)),
-}
-
-
-def _declare(lib: ctypes.CDLL) -> None:
-    """Give each symbol we call its C signature, so ctypes checks widths instead of guessing.
-
-    A symbol this library lacks is skipped here and reported when called, so one missing
-    function does not make the whole library unusable.
-    """
-    for name, argtypes in _SIGNATURES.items():
-        try:
-            function = getattr(lib, name)
-        except AttributeError:
-            continue
-        function.argtypes = list(argtypes)
-        function.restype = _u32
+_SIGNATURES: Final = returning(
+    _u32,
+    {
+        "rsmi_init": (_u64,),
+        "rsmi_shut_down": (),
+        "rsmi_num_monitor_devices": (_P(_u32),),
+        "rsmi_dev_pci_id_get": (_u32, _P(_u64)),
+        "rsmi_compute_process_info_get": (_P(rsmi_process_info_t), _P(_u32)),
+        "rsmi_compute_process_gpus_get": (_u32, _P(_u32), _P(_u32)),
+        "rsmi_compute_process_info_by_device_get": (_u32, _u32, _P(rsmi_process_info_t)),
+    },
+)
+"""Each symbol's C signature (every one returns the 32-bit ``rsmi_status_t``)."""
 
 
 def load_library(paths: Sequence[str] | None = None) -> RocmSmi:
@@ -339,18 +310,12 @@ def load_library(paths: Sequence[str] | None = None) -> RocmSmi:
     symbols cannot collide with AMD SMI's; load ROCm SMI first, as loading it after AMD SMI has
     been measured to abort with SIGBUS.
     """
-    if paths is None:
-        override = os.environ.get("ROCM_SMI_LIB")
-        candidates: Sequence[str] = ((override,) if override else ()) + DEFAULT_PATHS
-    else:
-        candidates = paths
-    tried: list[tuple[str, str]] = []
-    for path in candidates:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as exc:
-            tried.append((path, str(exc) or type(exc).__name__))
-            continue
-        _declare(lib)
-        return RocmSmi(lib)
-    raise RocmSmiLibraryNotFound(LIBRARY_NAME, tried)
+    candidates = with_override("ROCM_SMI_LIB", DEFAULT_PATHS) if paths is None else paths
+    return RocmSmi(
+        open_first(
+            candidates,
+            library=LIBRARY_NAME,
+            not_found=RocmSmiLibraryNotFound,
+            signatures=_SIGNATURES,
+        )
+    )
