@@ -13,10 +13,9 @@ from __future__ import annotations
 import logging
 import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import trio
 from hypercorn.config import Config
@@ -30,6 +29,7 @@ from gpustack_worker.authn import (
     AuthenticationSettings,
     Authenticator,
     ConfigurationError,
+    TokenReviewer,
     UserInfo,
     settings_from_configmap,
     with_overrides,
@@ -143,7 +143,7 @@ class SettingsSource:
         self.current, self.error = settings, None
         return settings
 
-    async def run(self, on_change: Any) -> None:
+    async def run(self, on_change: Callable[[AuthenticationSettings], None]) -> None:
         """Re-read every minute; a failed read keeps the settings in force."""
         while True:
             await trio.sleep(SETTINGS_REFRESH)
@@ -159,7 +159,7 @@ class SettingsSource:
                 on_change(settings)
 
 
-def token_reviewer(client: KubeClient) -> Any:
+def token_reviewer(client: KubeClient) -> TokenReviewer:
     """Bearer tokens checked by TokenReview, answers cached briefly (as the apiserver's)."""
     cache: dict[str, tuple[float, UserInfo | None]] = {}
 
