@@ -8,10 +8,11 @@ loaded by path and left as it is). What differs on a real cluster is said where 
   workers whose simulated recordings match the demo's nodes; CPU, memory and storage are the
   real kubelet's, so "load rises" runs a real busy loop instead of advancing a virtual clock;
 - node names are the kind workers', so node-scoped checks use the target's node map;
-- **known gap**: per-process attribution of a ``Sliced`` share cannot succeed here. The replay
-  reports the recording's PIDs, and it cannot bind them to the live processes of the Pods that
-  hold the simulated devices (it has no PID remapping), so those figures are absent. The tests
-  that need them are ``xfail(strict=True)``: they start failing the day that gap closes.
+- per-process attribution of a ``Sliced`` share runs for real: the chart starts the simulated
+  Device Managers with ``--bind-replayed-pids``, which binds the recording's process rows on a
+  device to live processes (the ``sleep``) of the Pod containers holding it, and attribution
+  places those on the Pods through their real cgroups. The figures are the recording's, so the
+  tests check that they are present, not what they measure.
 
 ``clusters/kind/e2e.sh`` (``just e2e-kind``) sets ``GPUSTACK_E2E_KIND_KUBECONFIG``; without it
 every cluster test skips, saying so. The tests at the bottom need no cluster and always run.
@@ -57,11 +58,6 @@ local = load_local_suite()
 SKIP = skip_reason()
 needs_cluster = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
 V1 = "/apis/worker.gpustack.ai/v1"
-SLICED_GAP = (
-    "known gap: the replay cannot bind the recording's process rows to the live processes of "
-    "the Pods holding the simulated devices (no PID remapping), so a Sliced share's usage is "
-    "absent on kind (docs/deploy.md, clusters/kind/README.md)"
-)
 
 
 @pytest.fixture(scope="module")
@@ -164,17 +160,21 @@ def test_a_mig_partition_reports_its_own_id_and_figures(target: KindTarget) -> N
 
 
 @needs_cluster
-@pytest.mark.xfail(reason=SLICED_GAP, strict=True)
 def test_the_rdna3_node_reports_memory_and_no_compute(target: KindTarget) -> None:
-    local.test_the_rdna3_node_reports_memory_and_no_compute(target)
+    """Bound to the ``sleep`` of chat-a and chat-b; a tick or two after the Pods are indexed."""
+    eventually(lambda: local.test_the_rdna3_node_reports_memory_and_no_compute(target), 60)
 
 
 @needs_cluster
-@pytest.mark.xfail(reason=SLICED_GAP, strict=True)
 def test_a_sliced_share_reports_its_own_memory(target: KindTarget) -> None:
-    [entry] = local.sample(target, "team-a", "qwen-a")["accelerators"]
-    assert entry["mode"] == "Sliced"
-    assert "memoryUsedMiB" in entry
+    """qwen-a's row is bound to its ``sleep``, so attribution finds it on the real cgroup."""
+
+    def measured() -> None:
+        [entry] = local.sample(target, "team-a", "qwen-a")["accelerators"]
+        assert entry["mode"] == "Sliced"
+        assert "memoryUsedMiB" in entry, entry
+
+    eventually(measured, 60)
 
 
 @needs_cluster

@@ -101,6 +101,8 @@ def test_simulation_renders_one_daemonset_per_manufacturer_replaying_its_recordi
         given = flags(args)
         assert given["--manufacturer"] == manufacturer
         assert given["--simulate"] == f"/app/recordings/{entry['recording']}"
+        # Replayed rows are bound to the live processes of the Pods holding the devices.
+        assert "--bind-replayed-pids" in given
         # The file ships in the image (recordings/ → /app/recordings) and is that vendor's.
         recording = REPO / "recordings" / entry["recording"]
         assert load_recording(recording).vendor == manufacturer
@@ -149,6 +151,7 @@ def test_real_hardware_device_managers_select_their_nodes_and_open_the_library()
         ds = daemonsets[f"{DM}-{manufacturer}"]
         _check_device_manager(ds, manufacturer)
         assert "--simulate" not in flags(container(ds)["args"])
+        assert "--bind-replayed-pids" not in flags(container(ds)["args"])  # real hardware
     nvidia = daemonsets[f"{DM}-nvidia"]
     assert nvidia["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert env(container(nvidia))["NVIDIA_VISIBLE_DEVICES"] == "all"

@@ -211,6 +211,12 @@ def dm_serve(
     from gpustack_cli.dm_cmds import default_node_name, open_for, parse_duration
     from gpustack_devicemanager.daemon import ServeOptions, serve_until_signalled
 
+    if bind_replayed_pids and simulate is None:
+        raise typer.BadParameter(
+            "--bind-replayed-pids needs --simulate: a real library's PIDs are never rebound"
+        )
+    if bind_replayed_pids and proc_root is None:
+        proc_root = Path("/proc")  # the live processes, not the recording's own /proc
     logs.configure(log_level, json_logs=log_json)
     period = parse_duration(monitor_period)
     vendor, backend, root = open_for(manufacturer, simulate, proc_root)
@@ -224,6 +230,7 @@ def dm_serve(
         kubeconfig=kubeconfig,
         kube_context=context,
         proc_root=root,
+        bind_replayed_pids=bind_replayed_pids,
     )
     trio.run(serve_until_signalled, options, backend)
 
@@ -231,7 +238,13 @@ def dm_serve(
 @device_manager.command("detect")
 def dm_detect(
     manufacturer: Annotated[
-        str | None, typer.Option(help="The manufacturer whose library to open (nvidia, amd).")
+        str | None,
+        typer.Option(
+            help=(
+                "The manufacturer whose library to open (nvidia, amd, hygon, ascend, thead,"
+                " cambricon, metax, iluvatar)."
+            )
+        ),
     ] = None,
     simulate: Annotated[
         Path | None, typer.Option(help="Replay this recording instead of the real library.")

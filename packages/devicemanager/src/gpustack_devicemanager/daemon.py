@@ -22,7 +22,8 @@ from gpustack_devicemanager.exporter import ExporterSource, run_exporter
 from gpustack_devicemanager.exposition import ExpositionHolder
 from gpustack_devicemanager.health import Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
-from gpustack_devicemanager.monitor import TickContext, run_monitor
+from gpustack_devicemanager.monitor import PodsSource, TickContext, run_monitor
+from gpustack_devicemanager.pidbind import PidBindingBackend
 from gpustack_devicemanager.server import build_app
 from gpustack_devicemanager.tls import ReloadableConfig
 from gpustack_kube.certs import CERT_FILE, KEY_FILE, CertReloader, self_signed
@@ -53,6 +54,9 @@ class ServeOptions:
     namespace: str = "gpustack-system"
     """The Device Manager Pods' namespace, where the exporter's role rule looks for peers."""
     hosts: Sequence[str] = field(default_factory=lambda: ("localhost", "127.0.0.1"))
+    bind_replayed_pids: bool = False
+    """Bind a replay's process rows to live PIDs of the Pods holding the devices (pidbind.py).
+    Only for a replay backend; the CLI refuses it without ``--simulate``."""
 
 
 @dataclass
@@ -134,9 +138,15 @@ async def serve(
                 "certificateReloads": reloader.reloads,
             }
 
+        monitored: Backend = backend
+        monitor_pods: PodsSource = node_pods
+        if options.bind_replayed_pids:
+            binding = PidBindingBackend(backend, options.proc_root)
+            monitored, monitor_pods = binding, binding.watch(node_pods)
+
         await nursery.start(
             lambda task_status: run_monitor(
-                backend, holder, node_pods, context, limiter=limiter, task_status=task_status
+                monitored, holder, monitor_pods, context, limiter=limiter, task_status=task_status
             )
         )
         exposition = ExpositionHolder()
