@@ -389,7 +389,7 @@ def test_memory_v2_is_version_stamped_and_v1_is_the_fallback() -> None:
         smi.nvmlDeviceGetMemoryInfo_v2(Handles()[0])
     assert failure.value.value == NVML_ERROR_FUNCTION_NOT_FOUND
     backend_memory = iluvatar.IluvatarBackend.__new__(iluvatar.IluvatarBackend)
-    backend_memory._ixml = smi
+    backend_memory._lib = smi
     backend_memory._v1_only = set()
     assert backend_memory._memory("GPU-0", Handles()[0]).total == 32 << 30
     assert backend_memory._v1_only == {"GPU-0"}  # remembered: v2 is not asked again

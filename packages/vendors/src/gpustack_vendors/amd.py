@@ -34,27 +34,33 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from gpustack_core.reasons import QueryReason
 from gpustack_vendors import errors
+from gpustack_vendors.answers import unsupported_partitions
 from gpustack_vendors.bindings.rocm_smi import (
-    CU_OCCUPANCY_INVALID,
-    RSMI_STATUS_NOT_FOUND,
-    ROCMSMIError,
     pci_address,
 )
+from gpustack_vendors.detected import Detected
 from gpustack_vendors.model import (
     CardSample,
     Detection,
     DeviceInfo,
     DeviceProcesses,
     PartitionSample,
-    ProcessRow,
 )
 from gpustack_vendors.pci import normalize_bus_id
+from gpustack_vendors.rocm_common import (
+    LibraryCallError,
+    Rows,
+    call_rocm_smi,
+    device_rows,
+    process_devices,
+    quietly,
+)
 
 MANUFACTURER = "amd"
 
@@ -73,15 +79,8 @@ _POWER_KEYS = ("socket_power", "current_socket_power", "average_socket_power")
 Clock = Callable[[], float]
 
 
-class AmdCallError(Exception):
+class AmdCallError(LibraryCallError):
     """A call into either library failed; carries the numeric code and its reason."""
-
-    def __init__(self, library: str, fn: str, code: int, table: Mapping[int, QueryReason]) -> None:
-        super().__init__(f"{fn}: {library} error {code}")
-        self.library = library
-        self.fn = fn
-        self.code = code
-        self.reason = errors.reason(table, code)
 
 
 @dataclass
@@ -92,22 +91,14 @@ class _Card:
     """Why the card has no ROCm SMI index (its processes then carry this reason)."""
 
 
-class _Rows(NamedTuple):
-    """One device's rows and, per figure, why it is unmeasured."""
-
-    rows: tuple[ProcessRow, ...] = ()
-    memory_reason: QueryReason | None = None
-    cores_reason: QueryReason | None = None
-
-
 @dataclass
 class _ProcessList:
     """One process-list call: which ROCm SMI devices each PID uses, or why that is unknown."""
 
     taken: float
     devices_of: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    failure: AmdCallError | None = None
-    rows: dict[int, _Rows] = field(default_factory=dict)
+    failure: LibraryCallError | None = None
+    rows: dict[int, Rows] = field(default_factory=dict)
     """Per ROCm SMI index, read lazily for the devices asked about, reused with the list."""
 
 
@@ -120,14 +111,14 @@ class AmdBackend:
         self._amdsmi = amdsmi
         self._rocm_smi = rocm_smi
         self._clock = clock
-        self._lock = threading.Lock()
-        self._cards: dict[str, _Card] = {}
+        self._lock = threading.Lock()  # guards the process list
+        self._detected: Detected[_Card, object] = Detected(self.detect)
         self._process_list: _ProcessList | None = None
         self._rocm("rsmi_init", 0)
         try:
             self._amd("amdsmi_init", amdsmi.AmdSmiInitFlags.INIT_AMD_GPUS)
         except AmdCallError:
-            self._quietly(self._rocm, "rsmi_shut_down")
+            quietly(self._rocm, "rsmi_shut_down")
             raise
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -139,18 +130,7 @@ class AmdBackend:
             raise AmdCallError("AMD SMI", fn, int(exc.err_code), errors.AMDSMI) from exc
 
     def _rocm(self, fn: str, *args: Any) -> Any:
-        try:
-            return getattr(self._rocm_smi, fn)(*args)
-        except ROCMSMIError as exc:
-            raise AmdCallError("ROCm SMI", fn, int(exc.value), errors.ROCM_SMI) from exc
-
-    @staticmethod
-    def _quietly(call: Callable[..., Any], fn: str, *args: Any) -> Any:
-        """A figure that may be unsupported on this card: absent rather than fatal to the pass."""
-        try:
-            return call(fn, *args)
-        except AmdCallError:
-            return None
+        return call_rocm_smi(self._rocm_smi, AmdCallError, fn, *args)
 
     # -- detection ---------------------------------------------------------------------------
 
@@ -160,7 +140,7 @@ class AmdBackend:
         handles = list(self._amd("amdsmi_get_processor_handles"))
         driver = ""
         if handles:
-            info = self._quietly(self._amd, "amdsmi_get_gpu_driver_info", handles[0])
+            info = quietly(self._amd, "amdsmi_get_gpu_driver_info", handles[0])
             driver = _text(info.get("driver_version")) if isinstance(info, dict) else ""
         rocm = self._rocm_version()
         indices, rsmi_reason = self._rsmi_indices(notes)
@@ -172,7 +152,7 @@ class AmdBackend:
             except AmdCallError as failure:
                 notes.append(f"processor {position}: no PCI bus id, so no id ({failure})")
                 continue
-            asic = self._quietly(self._amd, "amdsmi_get_gpu_asic_info", handle)
+            asic = quietly(self._amd, "amdsmi_get_gpu_asic_info", handle)
             asic = asic if isinstance(asic, dict) else {}
             memory_mib = 0
             try:
@@ -206,8 +186,7 @@ class AmdBackend:
                     unhealthy=False,
                 )
             )
-        with self._lock:
-            self._cards = cards
+        self._detected.remember(cards)
         return Detection(MANUFACTURER, tuple(devices), tuple(notes))
 
     def _rocm_version(self) -> str:
@@ -230,34 +209,26 @@ class AmdBackend:
             return {}, failure.reason
         return indices, None
 
-    def _known_cards(self) -> dict[str, _Card]:
-        with self._lock:
-            if self._cards:
-                return self._cards
-        self.detect()
-        with self._lock:
-            return self._cards
-
     # -- sampling ----------------------------------------------------------------------------
 
     def sample(self) -> list[CardSample]:
         """Whole-card figures from AMD SMI; a figure the card refuses or marks "N/A" is absent."""
         samples: list[CardSample] = []
-        for bus_id, card in self._known_cards().items():
+        for bus_id, card in self._detected.cards().items():
             total, used = 0, None
-            vram = self._quietly(self._amd, "amdsmi_get_gpu_vram_usage", card.handle)
+            vram = quietly(self._amd, "amdsmi_get_gpu_vram_usage", card.handle)
             if isinstance(vram, dict):
                 total = _whole(vram.get("vram_total")) or 0
                 used = _whole(vram.get("vram_used"))
-            activity = self._quietly(self._amd, "amdsmi_get_gpu_activity", card.handle)
-            temperature = self._quietly(
+            activity = quietly(self._amd, "amdsmi_get_gpu_activity", card.handle)
+            temperature = quietly(
                 self._amd,
                 "amdsmi_get_temp_metric",
                 card.handle,
                 self._amdsmi.AmdSmiTemperatureType.HOTSPOT,
                 self._amdsmi.AmdSmiTemperatureMetric.CURRENT,
             )
-            power = self._quietly(self._amd, "amdsmi_get_power_info", card.handle)
+            power = quietly(self._amd, "amdsmi_get_power_info", card.handle)
             samples.append(
                 CardSample(
                     id=bus_id,
@@ -283,7 +254,7 @@ class AmdBackend:
         and memory is unaffected. It is never a zero, which would read as idle, and never a sum
         over the rows that did measure it.
         """
-        cards = self._known_cards()
+        cards = self._detected.cards()
         result: dict[str, DeviceProcesses] = {}
         with self._lock:
             listed = self._current_list()
@@ -295,7 +266,7 @@ class AmdBackend:
                     continue
                 rows = listed.rows.get(card.rsmi_index)
                 if rows is None:
-                    rows = self._device_rows(listed, card.rsmi_index)
+                    rows = device_rows(self._rocm, listed.devices_of, card.rsmi_index)
                     listed.rows[card.rsmi_index] = rows
                 result[device_id] = DeviceProcesses(
                     device_id,
@@ -317,46 +288,12 @@ class AmdBackend:
             return previous
         listed = _ProcessList(taken=now)
         self._process_list = listed
-        try:
-            processes = self._rocm("rsmi_compute_process_info_get")
-        except AmdCallError as failure:
-            listed.failure = failure
-            return listed
-        for info in processes:
-            pid = int(info.process_id)
-            try:
-                listed.devices_of[pid] = tuple(
-                    int(i) for i in self._rocm("rsmi_compute_process_gpus_get", pid)
-                )
-            except AmdCallError as failure:
-                if failure.code == RSMI_STATUS_NOT_FOUND:
-                    continue  # exited since the list was read
-                # A process whose devices are unknown could be on any card: every card's sum
-                # would be short, so none is published.
-                listed.failure = failure
-                listed.devices_of.clear()
-                return listed
+        found = process_devices(self._rocm)
+        if isinstance(found, LibraryCallError):
+            listed.failure = found
+        else:
+            listed.devices_of = found
         return listed
-
-    def _device_rows(self, listed: _ProcessList, index: int) -> _Rows:
-        read: list[tuple[int, int, int]] = []
-        for pid, indices in listed.devices_of.items():
-            if index not in indices:
-                continue
-            try:
-                info = self._rocm("rsmi_compute_process_info_by_device_get", pid, index)
-            except AmdCallError as failure:
-                if failure.code == RSMI_STATUS_NOT_FOUND:
-                    continue  # exited between the list and this read
-                # One unreadable row would make the card's sum short: neither figure is sent.
-                return _Rows(memory_reason=failure.reason, cores_reason=failure.reason)
-            read.append((pid, int(info.vram_usage), int(info.cu_occupancy)))
-        unmeasured = any(cu == CU_OCCUPANCY_INVALID for _, _, cu in read)
-        rows = tuple(
-            ProcessRow(pid=pid, memory_bytes=vram, cores_percent=None if unmeasured else cu)
-            for pid, vram, cu in read
-        )
-        return _Rows(rows, cores_reason=QueryReason.UNSUPPORTED if unmeasured else None)
 
     # -- partitions --------------------------------------------------------------------------
 
@@ -366,17 +303,12 @@ class AmdBackend:
         So there is no partition sub-handle to read here; every id asked about is answered as
         unsupported rather than left out.
         """
-        return {
-            partition_id: PartitionSample.unread(
-                partition_id, QueryReason.UNSUPPORTED, QueryReason.UNSUPPORTED
-            )
-            for partition_id in partition_ids
-        }
+        return unsupported_partitions(partition_ids)
 
     def close(self) -> None:
         """Shut both libraries down, AMD SMI first (the reverse of init); errors change nothing."""
-        self._quietly(self._amd, "amdsmi_shut_down")
-        self._quietly(self._rocm, "rsmi_shut_down")
+        quietly(self._amd, "amdsmi_shut_down")
+        quietly(self._rocm, "rsmi_shut_down")
 
 
 def _unread_reason(card: _Card | None, listed: _ProcessList) -> QueryReason:

@@ -27,12 +27,12 @@ unsupported.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpustack_core.reasons import QueryReason
 from gpustack_vendors import errors
+from gpustack_vendors.answers import c_text, per_device, unsupported_partitions
 from gpustack_vendors.bindings.cndev import (
     CNDEV_ERROR_FUNCTION_NOT_FOUND,
     CNDEV_ERROR_IN_USE,
@@ -48,6 +48,7 @@ from gpustack_vendors.bindings.cndev import (
     load_library,
 )
 from gpustack_vendors.calling import BindingBackend, CallError
+from gpustack_vendors.detected import Detected
 from gpustack_vendors.model import (
     CardSample,
     Detection,
@@ -93,8 +94,7 @@ class CambriconBackend(BindingBackend):
 
     def __init__(self, cndev: Any) -> None:
         self._cndev = cndev
-        self._lock = threading.Lock()
-        self._cards: dict[str, int] = {}
+        self._detected: Detected[int, object] = Detected(self.detect)
         self._call("cndevInit", 0)
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -112,7 +112,7 @@ class CambriconBackend(BindingBackend):
         for index in range(int(self._call("cndevGetDeviceCount", VERSION))):
             try:
                 handle = int(self._call("cndevGetDeviceHandleByIndex", index))
-                uuid = UUID_PREFIX + _text(self._call("cndevGetUUID", handle, VERSION).uuid)
+                uuid = UUID_PREFIX + c_text(self._call("cndevGetUUID", handle, VERSION).uuid)
             except CndevCallError as failure:
                 notes.append(f"MLU {index}: no identity, skipped ({failure})")
                 continue
@@ -140,8 +140,7 @@ class CambriconBackend(BindingBackend):
                     unhealthy=self._unhealthy(handle),
                 )
             )
-        with self._lock:
-            self._cards = cards
+        self._detected.remember(cards)
         return Detection(MANUFACTURER, tuple(devices), tuple(notes))
 
     def _unhealthy(self, handle: int) -> bool:
@@ -149,20 +148,12 @@ class CambriconBackend(BindingBackend):
         state = self._maybe("cndevGetCardHealthState", handle, VERSION, convert=lambda s: s)
         return state is not None and int(state.health) == CNDEV_HEALTH_STATE_DEVICE_IN_PROBLEM
 
-    def _known_cards(self) -> dict[str, int]:
-        with self._lock:
-            if self._cards:
-                return self._cards
-        self.detect()
-        with self._lock:
-            return self._cards
-
     # -- sampling ----------------------------------------------------------------------------
 
     def sample(self) -> list[CardSample]:
         """Whole-card figures; a figure the card refuses or reports negative is absent."""
         samples: list[CardSample] = []
-        for uuid, handle in self._known_cards().items():
+        for uuid, handle in self._detected.cards().items():
             total, used = 0, None
             memory = self._maybe("cndevGetMemoryUsageV2", handle, convert=lambda m: m)
             if memory is not None:
@@ -194,17 +185,7 @@ class CambriconBackend(BindingBackend):
 
     def processes(self, device_ids: Sequence[str]) -> dict[str, DeviceProcesses]:
         """Memory from ``cndevGetProcessInfo`` (KiB → bytes), compute from ``ipuUtil``."""
-        cards = self._known_cards()
-        result: dict[str, DeviceProcesses] = {}
-        for device_id in device_ids:
-            handle = cards.get(device_id)
-            if handle is None:
-                result[device_id] = DeviceProcesses.unread(
-                    device_id, QueryReason.TRANSIENT_DRIVER_ERROR
-                )
-                continue
-            result[device_id] = self._device_processes(device_id, handle)
-        return result
+        return per_device(device_ids, self._detected.cards(), self._device_processes)
 
     def _device_processes(self, device_id: str, handle: int) -> DeviceProcesses:
         memory: dict[int, int] | None = None
@@ -241,24 +222,12 @@ class CambriconBackend(BindingBackend):
 
     def partitions(self, partition_ids: Sequence[str]) -> dict[str, PartitionSample]:
         """MIM and sMLU instances are not read by this backend: every id is unsupported."""
-        return {
-            partition_id: PartitionSample.unread(
-                partition_id, QueryReason.UNSUPPORTED, QueryReason.UNSUPPORTED
-            )
-            for partition_id in partition_ids
-        }
+        return unsupported_partitions(partition_ids)
 
     def close(self) -> None:
         """Release CNDev; errors here change nothing for the caller."""
         with contextlib.suppress(CndevCallError):
             self._call("cndevRelease")
-
-
-def _text(value: Any) -> str:
-    """A ``char[]`` field as the binding or its replay returns it (bytes or str)."""
-    if isinstance(value, bytes):
-        return value.split(b"\0", 1)[0].decode("utf-8", errors="replace")
-    return str(value)
 
 
 def _figure(value: Any) -> int | None:

@@ -29,10 +29,9 @@ is served without partitions, and detection says so in a note.
 from __future__ import annotations
 
 import re
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from gpustack_core.reasons import QueryReason
 from gpustack_core.units import bytes_to_mib
@@ -56,11 +55,9 @@ from gpustack_vendors.bindings.hygon_rocm_smi import (
     RSMI_TEMP_TYPE_MEMORY,
 )
 from gpustack_vendors.bindings.rocm_smi import (
-    CU_OCCUPANCY_INVALID,
-    RSMI_STATUS_NOT_FOUND,
-    ROCMSMIError,
     pci_address,
 )
+from gpustack_vendors.detected import Detected
 from gpustack_vendors.model import (
     CardSample,
     Detection,
@@ -68,9 +65,15 @@ from gpustack_vendors.model import (
     DeviceProcesses,
     PartitionInfo,
     PartitionSample,
-    ProcessRow,
 )
 from gpustack_vendors.pci import normalize_bus_id
+from gpustack_vendors.rocm_common import (
+    LibraryCallError,
+    call_rocm_smi,
+    device_rows,
+    process_devices,
+    quietly,
+)
 
 MANUFACTURER = "hygon"
 
@@ -84,15 +87,8 @@ does not offer: routine gaps in a sweep, not faults."""
 _PROFILE_PREFIX = re.compile(r"^MIG\s+")
 
 
-class HygonCallError(Exception):
+class HygonCallError(LibraryCallError):
     """A call into either library failed; carries the numeric code and its reason."""
-
-    def __init__(self, library: str, fn: str, code: int, table: Mapping[int, QueryReason]) -> None:
-        super().__init__(f"{fn}: {library} error {code}")
-        self.library = library
-        self.fn = fn
-        self.code = code
-        self.reason = errors.reason(table, code)
 
 
 @dataclass(frozen=True)
@@ -114,12 +110,6 @@ class _Profile:
     gi_count_max: int
 
 
-class _Rows(NamedTuple):
-    rows: tuple[ProcessRow, ...] = ()
-    memory_reason: QueryReason | None = None
-    cores_reason: QueryReason | None = None
-
-
 class HygonBackend:
     """Answers the Device Manager's questions through the two bindings it is handed.
 
@@ -133,18 +123,13 @@ class HygonBackend:
         self._rocm_smi = rocm_smi
         self._dmi = dmi
         self._dmi_missing = dmi_missing
-        self._lock = threading.Lock()
-        self._cards: dict[str, _Card] = {}
-        self._partitions: dict[str, _Partition] = {}
+        self._detected: Detected[_Card, _Partition] = Detected(self.detect)
         self._rocm("rsmi_init", 0)
 
     # -- plumbing -----------------------------------------------------------------------------
 
     def _rocm(self, fn: str, *args: Any) -> Any:
-        try:
-            return getattr(self._rocm_smi, fn)(*args)
-        except ROCMSMIError as exc:
-            raise HygonCallError("ROCm SMI", fn, int(exc.value), errors.ROCM_SMI) from exc
+        return call_rocm_smi(self._rocm_smi, HygonCallError, fn, *args)
 
     def _mig(self, fn: str, *args: Any) -> Any:
         if self._dmi is None:
@@ -155,20 +140,12 @@ class HygonBackend:
             # The library speaks NVML's return enum verbatim, so NVML's table reads it.
             raise HygonCallError("libhydmi_mig", fn, int(exc.value), errors.NVML) from exc
 
-    @staticmethod
-    def _quietly(call: Callable[..., Any], fn: str, *args: Any) -> Any:
-        """A figure the card may not serve: absent rather than fatal to the pass."""
-        try:
-            return call(fn, *args)
-        except HygonCallError:
-            return None
-
     # -- detection ---------------------------------------------------------------------------
 
     def detect(self) -> Detection:
         """Enumerate ROCm SMI's cards; with the node in MIG mode, each card's partitions."""
         notes: list[str] = []
-        driver = self._quietly(self._rocm, "rsmi_version_str_get", RSMI_SW_COMP_DRIVER)
+        driver = quietly(self._rocm, "rsmi_version_str_get", RSMI_SW_COMP_DRIVER)
         mig = self._mig_state(notes)
         devices: list[DeviceInfo] = []
         cards: dict[str, _Card] = {}
@@ -198,7 +175,7 @@ class HygonBackend:
                 DeviceInfo(
                     id=card_id,
                     index=index,
-                    name=str(self._quietly(self._rocm, "rsmi_dev_name_get", index) or ""),
+                    name=str(quietly(self._rocm, "rsmi_dev_name_get", index) or ""),
                     memory_mib=memory_mib,
                     cores=cores,
                     driver_version=str(driver or ""),
@@ -208,8 +185,7 @@ class HygonBackend:
                     partitions=tuple(p for p, _ in found),
                 )
             )
-        with self._lock:
-            self._cards, self._partitions = cards, partitions
+        self._detected.remember(cards, partitions)
         return Detection(MANUFACTURER, tuple(devices), tuple(notes))
 
     def _mig_state(self, notes: list[str]) -> _MigState | None:
@@ -311,29 +287,17 @@ class HygonBackend:
             cores=profile.cu_count if profile else None,
         )
 
-    def _known(self) -> tuple[dict[str, _Card], dict[str, _Partition]]:
-        with self._lock:
-            if self._cards:
-                return self._cards, self._partitions
-        self.detect()
-        with self._lock:
-            return self._cards, self._partitions
-
     # -- sampling ----------------------------------------------------------------------------
 
     def sample(self) -> list[CardSample]:
         """Whole-card figures from ROCm SMI; a figure the card refuses is absent."""
-        cards, _ = self._known()
+        cards, _ = self._detected.both()
         samples: list[CardSample] = []
         for card_id, card in cards.items():
-            total = self._quietly(
-                self._rocm, "rsmi_dev_memory_total_get", card.index, RSMI_MEM_TYPE_VRAM
-            )
-            used = self._quietly(
-                self._rocm, "rsmi_dev_memory_usage_get", card.index, RSMI_MEM_TYPE_VRAM
-            )
-            busy = self._quietly(self._rocm, "rsmi_dev_busy_percent_get", card.index)
-            power = self._quietly(self._rocm, "rsmi_dev_power_ave_get", card.index, 0)
+            total = quietly(self._rocm, "rsmi_dev_memory_total_get", card.index, RSMI_MEM_TYPE_VRAM)
+            used = quietly(self._rocm, "rsmi_dev_memory_usage_get", card.index, RSMI_MEM_TYPE_VRAM)
+            busy = quietly(self._rocm, "rsmi_dev_busy_percent_get", card.index)
+            power = quietly(self._rocm, "rsmi_dev_power_ave_get", card.index, 0)
             samples.append(
                 CardSample(
                     id=card_id,
@@ -350,7 +314,7 @@ class HygonBackend:
     def _temperature(self, index: int) -> int | None:
         """The first sensor that answers, millidegrees to whole degrees."""
         for sensor in TEMPERATURE_SENSORS:
-            value = self._quietly(
+            value = quietly(
                 self._rocm, "rsmi_dev_temp_metric_get", index, sensor, RSMI_TEMP_CURRENT
             )
             if value is not None:
@@ -365,10 +329,10 @@ class HygonBackend:
         A card whose driver does not measure ``cu_occupancy`` answers the sentinel: compute is
         then absent for the whole card with reason ``unsupported``, memory unaffected.
         """
-        cards, _ = self._known()
+        cards, _ = self._detected.both()
         result: dict[str, DeviceProcesses] = {}
         wanted = [(d, cards.get(d)) for d in device_ids]
-        listed: dict[int, tuple[int, ...]] | HygonCallError | None = None
+        listed: dict[int, tuple[int, ...]] | LibraryCallError | None = None
         for device_id, card in wanted:
             if card is None:
                 result[device_id] = DeviceProcesses.unread(
@@ -376,11 +340,11 @@ class HygonBackend:
                 )
                 continue
             if listed is None:
-                listed = self._process_devices()
-            if isinstance(listed, HygonCallError):
+                listed = process_devices(self._rocm)
+            if isinstance(listed, LibraryCallError):
                 result[device_id] = DeviceProcesses.unread(device_id, listed.reason)
                 continue
-            rows = self._device_rows(listed, card.index)
+            rows = device_rows(self._rocm, listed, card.index)
             result[device_id] = DeviceProcesses(
                 device_id,
                 rows=rows.rows,
@@ -389,51 +353,11 @@ class HygonBackend:
             )
         return result
 
-    def _process_devices(self) -> dict[int, tuple[int, ...]] | HygonCallError:
-        """Every compute process and the device indices it uses, or why that is unknown."""
-        try:
-            processes = self._rocm("rsmi_compute_process_info_get")
-        except HygonCallError as failure:
-            return failure
-        devices_of: dict[int, tuple[int, ...]] = {}
-        for info in processes:
-            pid = int(info.process_id)
-            try:
-                devices_of[pid] = tuple(
-                    int(i) for i in self._rocm("rsmi_compute_process_gpus_get", pid)
-                )
-            except HygonCallError as failure:
-                if failure.code == RSMI_STATUS_NOT_FOUND:
-                    continue  # exited since the list was read
-                # A process whose devices are unknown could be on any card: every card's sum
-                # would be short, so none is published.
-                return failure
-        return devices_of
-
-    def _device_rows(self, devices_of: Mapping[int, tuple[int, ...]], index: int) -> _Rows:
-        read: list[tuple[int, int, int]] = []
-        for pid, indices in devices_of.items():
-            if index not in indices:
-                continue
-            try:
-                info = self._rocm("rsmi_compute_process_info_by_device_get", pid, index)
-            except HygonCallError as failure:
-                if failure.code == RSMI_STATUS_NOT_FOUND:
-                    continue  # exited between the list and this read
-                return _Rows(memory_reason=failure.reason, cores_reason=failure.reason)
-            read.append((pid, int(info.vram_usage), int(info.cu_occupancy)))
-        unmeasured = any(cu == CU_OCCUPANCY_INVALID for _, _, cu in read)
-        rows = tuple(
-            ProcessRow(pid=pid, memory_bytes=vram, cores_percent=None if unmeasured else cu)
-            for pid, vram, cu in read
-        )
-        return _Rows(rows, cores_reason=QueryReason.UNSUPPORTED if unmeasured else None)
-
     # -- partitions --------------------------------------------------------------------------
 
     def partitions(self, partition_ids: Sequence[str]) -> dict[str, PartitionSample]:
         """Memory and compute of each partition, both read on the partition's own handle."""
-        _, partitions = self._known()
+        _, partitions = self._detected.both()
         result: dict[str, PartitionSample] = {}
         for partition_id in partition_ids:
             found = partitions.get(partition_id)
@@ -470,7 +394,7 @@ class HygonBackend:
 
     def close(self) -> None:
         """Shut ROCm SMI down (``libhydmi_mig`` has no shutdown); errors change nothing."""
-        self._quietly(self._rocm, "rsmi_shut_down")
+        quietly(self._rocm, "rsmi_shut_down")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Iluvatar backend over IXML (our binding ``gpustack_vendors.bindings.ixml``, or its replay).
 
-IXML is an NVML copy, so this backend reads like the NVIDIA one with IXML's own choices:
+IXML is an NVML copy, so its cards are sampled and shut down by the NVIDIA backend's code
+(:mod:`gpustack_vendors.nvml_shaped`), with IXML's own choices:
 
 - **Identity** is ``nvmlDeviceGetUUID``; ``index`` the enumeration index.
 - **Memory** from ``nvmlDeviceGetMemoryInfo_v2`` with the v1 layout as fallback where the library
@@ -19,14 +20,16 @@ IXML is an NVML copy, so this backend reads like the NVIDIA one with IXML's own 
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from collections.abc import Sequence
 from typing import Any
 
-from gpustack_core.reasons import QueryReason
 from gpustack_core.units import bytes_to_mib
-from gpustack_vendors import errors
+from gpustack_vendors.answers import (
+    memory_only,
+    per_device,
+    unknown_memory_only,
+    unsupported_partitions,
+)
 from gpustack_vendors.bindings.ixml import (
     IXML_HEALTH_OK,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
@@ -38,14 +41,19 @@ from gpustack_vendors.bindings.ixml import (
     IXMLError,
     load_library,
 )
-from gpustack_vendors.calling import BindingBackend, CallError
 from gpustack_vendors.model import (
-    CardSample,
     Detection,
     DeviceInfo,
     DeviceProcesses,
     PartitionSample,
     ProcessRow,
+)
+from gpustack_vendors.nvml_shaped import (
+    NvmlDialect,
+    NvmlShapedBackend,
+    NvmlShapedCallError,
+    cuda_style_version,
+    sized_or_none,
 )
 from gpustack_vendors.pci import normalize_bus_id
 
@@ -57,15 +65,13 @@ _V1_FALLBACK = frozenset(
 """v2 answers that mean "this library has no v2": read the v1 layout instead."""
 
 
-class IxmlCallError(CallError):
+class IxmlCallError(NvmlShapedCallError):
     """An IXML call failed; carries the numeric code and the reason it maps to (NVML's table)."""
 
     library = "IXML"
-    reasons = errors.NVML
-    fatal_codes = errors.NVML_FATAL
 
 
-class IluvatarBackend(BindingBackend):
+class IluvatarBackend(NvmlShapedBackend):
     """Answers the Device Manager's questions through an IXML binding it is handed."""
 
     manufacturer = MANUFACTURER
@@ -73,16 +79,11 @@ class IluvatarBackend(BindingBackend):
     binding_error = IXMLError
 
     def __init__(self, ixml: Any) -> None:
-        self._ixml = ixml
-        self._lock = threading.Lock()
-        self._cards: dict[str, Any] = {}
+        super().__init__(ixml, NvmlDialect(prefix="nvml", temperature_gpu=NVML_TEMPERATURE_GPU))
         self._v1_only: set[str] = set()
         self._call("nvmlInit_v2")
 
     # -- plumbing -----------------------------------------------------------------------------
-
-    def _binding(self) -> Any:
-        return self._ixml
 
     def _memory(self, uuid: str, handle: Any) -> Any:
         """The v2 answer, or v1's where this library has no v2 (remembered per card)."""
@@ -100,7 +101,7 @@ class IluvatarBackend(BindingBackend):
     def detect(self) -> Detection:
         """Enumerate cards; a card whose handle or UUID fails is skipped, noted."""
         driver = self._maybe("nvmlSystemGetDriverVersion", convert=str) or ""
-        cuda = self._maybe("nvmlSystemGetCudaDriverVersion", convert=_cuda_version) or ""
+        cuda = self._maybe("nvmlSystemGetCudaDriverVersion", convert=cuda_style_version) or ""
         notes: list[str] = []
         devices: list[DeviceInfo] = []
         cards: dict[str, Any] = {}
@@ -133,8 +134,7 @@ class IluvatarBackend(BindingBackend):
                     unhealthy=unhealthy or self._health_bits(handle),
                 )
             )
-        with self._lock:
-            self._cards = cards
+        self._detected.remember(cards)
         return Detection(MANUFACTURER, tuple(devices), tuple(notes))
 
     def _health_bits(self, handle: Any) -> bool:
@@ -142,107 +142,31 @@ class IluvatarBackend(BindingBackend):
         mask = self._maybe("ixmlDeviceGetHealth", handle, convert=int)
         return mask is not None and mask != IXML_HEALTH_OK
 
-    def _known_cards(self) -> dict[str, Any]:
-        with self._lock:
-            if self._cards:
-                return self._cards
-        self.detect()
-        with self._lock:
-            return self._cards
-
-    # -- sampling ----------------------------------------------------------------------------
-
-    def sample(self) -> list[CardSample]:
-        """Whole-card figures; a refused figure is absent, a lost card unhealthy."""
-        samples: list[CardSample] = []
-        for uuid, handle in self._known_cards().items():
-            unhealthy = False
-            total, used = 0, None
-            try:
-                memory = self._memory(uuid, handle)
-                total, used = bytes_to_mib(int(memory.total)), bytes_to_mib(int(memory.used))
-            except IxmlCallError as failure:
-                unhealthy = failure.fatal
-            samples.append(
-                CardSample(
-                    id=uuid,
-                    memory_total_mib=total,
-                    memory_used_mib=used,
-                    cores_utilization_percent=self._maybe(
-                        "nvmlDeviceGetUtilizationRates", handle, convert=lambda u: int(u.gpu)
-                    ),
-                    temperature_celsius=self._maybe(
-                        "nvmlDeviceGetTemperature", handle, NVML_TEMPERATURE_GPU, convert=int
-                    ),
-                    power_watts=self._maybe(
-                        "nvmlDeviceGetPowerUsage", handle, convert=lambda mw: int(mw) / 1000
-                    ),
-                    unhealthy=unhealthy or self._health_bits(handle),
-                )
-            )
-        return samples
-
     # -- processes ---------------------------------------------------------------------------
 
     def processes(self, device_ids: Sequence[str]) -> dict[str, DeviceProcesses]:
         """Compute processes with their memory; compute is always ``unsupported``."""
-        cards = self._known_cards()
-        result: dict[str, DeviceProcesses] = {}
-        for device_id in device_ids:
-            handle = cards.get(device_id)
-            if handle is None:
-                result[device_id] = DeviceProcesses(
-                    device_id,
-                    memory_reason=QueryReason.TRANSIENT_DRIVER_ERROR,
-                    cores_reason=QueryReason.UNSUPPORTED,
-                )
-                continue
-            try:
-                listed = self._call("nvmlDeviceGetComputeRunningProcesses", handle)
-            except IxmlCallError as failure:
-                if failure.code != NVML_ERROR_NOT_FOUND:
-                    result[device_id] = DeviceProcesses(
-                        device_id,
-                        memory_reason=failure.reason,
-                        cores_reason=QueryReason.UNSUPPORTED,
-                    )
-                    continue
-                listed = []  # NOT_FOUND: no process holds the card
-            rows: dict[int, ProcessRow] = {}
-            for proc in listed:
-                used = int(proc.usedGpuMemory)
-                rows.setdefault(
-                    int(proc.pid),
-                    ProcessRow(
-                        int(proc.pid), None if used == NVML_VALUE_NOT_AVAILABLE_ULL else used, None
-                    ),
-                )
-            result[device_id] = DeviceProcesses(
-                device_id, rows=tuple(rows.values()), cores_reason=QueryReason.UNSUPPORTED
-            )
-        return result
+        cards, _ = self._detected.both()
+        return per_device(device_ids, cards, self._device_processes, unknown_memory_only)
+
+    def _device_processes(self, device_id: str, handle: Any) -> DeviceProcesses:
+        try:
+            listed = self._call("nvmlDeviceGetComputeRunningProcesses", handle)
+        except IxmlCallError as failure:
+            if failure.code != NVML_ERROR_NOT_FOUND:
+                return memory_only(device_id, memory_reason=failure.reason)
+            listed = []  # NOT_FOUND: no process holds the card
+        rows: dict[int, ProcessRow] = {}
+        for proc in listed:
+            used = sized_or_none(proc.usedGpuMemory, NVML_VALUE_NOT_AVAILABLE_ULL)
+            rows.setdefault(int(proc.pid), ProcessRow(int(proc.pid), used, None))
+        return memory_only(device_id, rows.values())
 
     # -- partitions --------------------------------------------------------------------------
 
     def partitions(self, partition_ids: Sequence[str]) -> dict[str, PartitionSample]:
         """IXML's MIG functions are treated as absent: every id is unsupported."""
-        return {
-            partition_id: PartitionSample.unread(
-                partition_id, QueryReason.UNSUPPORTED, QueryReason.UNSUPPORTED
-            )
-            for partition_id in partition_ids
-        }
-
-    def close(self) -> None:
-        """Shut IXML down; errors here change nothing for the caller."""
-        with contextlib.suppress(IxmlCallError):
-            self._call("nvmlShutdown")
-
-
-def _cuda_version(value: Any) -> str:
-    """NVML encodes 10.2 as 10020."""
-    number = int(value)
-    return f"{number // 1000}.{number % 1000 // 10}"
+        return unsupported_partitions(partition_ids)
 
 
 def _bus_id(info: Any) -> str:

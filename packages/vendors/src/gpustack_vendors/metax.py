@@ -23,13 +23,19 @@ it and read every card as idle). **Per-process compute** does not exist in MXSML
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpustack_core.reasons import QueryReason
 from gpustack_core.units import ceil_div
 from gpustack_vendors import errors
+from gpustack_vendors.answers import (
+    c_text,
+    memory_only,
+    per_device,
+    unknown_memory_only,
+    unsupported_partitions,
+)
 from gpustack_vendors.bindings.mxsml import (
     MAX_GPU_NUM_USED_BY_PROCESS,
     MXSML_ERROR_BUSY_DEVICE,
@@ -46,6 +52,7 @@ from gpustack_vendors.bindings.mxsml import (
     load_library,
 )
 from gpustack_vendors.calling import BindingBackend, CallError
+from gpustack_vendors.detected import Detected
 from gpustack_vendors.model import (
     CardSample,
     Detection,
@@ -88,8 +95,7 @@ class MetaxBackend(BindingBackend):
 
     def __init__(self, mxsml: Any) -> None:
         self._mxsml = mxsml
-        self._lock = threading.Lock()
-        self._cards: dict[str, int] = {}
+        self._detected: Detected[int, object] = Detected(self.detect)
         self._call("mxSmlInit")
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -119,7 +125,7 @@ class MetaxBackend(BindingBackend):
                 continue
             if int(info.mode) == MXSML_VIRTUALIZATION_MODE_VF:
                 continue
-            uuid = _text(info.uuid)
+            uuid = c_text(info.uuid)
             memory_mib = 0
             try:
                 memory_mib = _mib(self._call("mxSmlGetMemoryInfo", index).vramTotal) or 0
@@ -130,33 +136,24 @@ class MetaxBackend(BindingBackend):
                 DeviceInfo(
                     id=uuid,
                     index=index,
-                    name=_text(info.deviceName) or "MetaX GPU",
+                    name=c_text(info.deviceName) or "MetaX GPU",
                     memory_mib=memory_mib,
                     cores=None,
                     driver_version=driver,
                     runtime_version=maca,
-                    pci_bus_id=normalize_bus_id(_text(info.bdfId)),
+                    pci_bus_id=normalize_bus_id(c_text(info.bdfId)),
                     unhealthy=False,
                 )
             )
-        with self._lock:
-            self._cards = cards
+        self._detected.remember(cards)
         return Detection(MANUFACTURER, tuple(devices), tuple(notes))
-
-    def _known_cards(self) -> dict[str, int]:
-        with self._lock:
-            if self._cards:
-                return self._cards
-        self.detect()
-        with self._lock:
-            return self._cards
 
     # -- sampling ----------------------------------------------------------------------------
 
     def sample(self) -> list[CardSample]:
         """Whole-card figures in MiB, %, °C and W; a refused figure is absent."""
         samples: list[CardSample] = []
-        for uuid, index in self._known_cards().items():
+        for uuid, index in self._detected.cards().items():
             total, used = 0, None
             memory = self._maybe("mxSmlGetMemoryInfo", index, convert=lambda m: m)
             if memory is not None:
@@ -186,39 +183,22 @@ class MetaxBackend(BindingBackend):
 
     def processes(self, device_ids: Sequence[str]) -> dict[str, DeviceProcesses]:
         """Per-process memory of each requested device; compute is always ``unsupported``."""
-        cards = self._known_cards()
-        result: dict[str, DeviceProcesses] = {}
-        for device_id in device_ids:
-            index = cards.get(device_id)
-            if index is None:
-                result[device_id] = DeviceProcesses(
-                    device_id,
-                    memory_reason=QueryReason.TRANSIENT_DRIVER_ERROR,
-                    cores_reason=QueryReason.UNSUPPORTED,
-                )
-                continue
-            try:
-                listed = self._call("mxSmlGetSingleGpuProcess_v3", index)
-            except MxsmlCallError as failure:
-                result[device_id] = DeviceProcesses(
-                    device_id, memory_reason=failure.reason, cores_reason=QueryReason.UNSUPPORTED
-                )
-                continue
-            result[device_id] = DeviceProcesses(
-                device_id, rows=_rows_for(index, listed), cores_reason=QueryReason.UNSUPPORTED
-            )
-        return result
+        return per_device(
+            device_ids, self._detected.cards(), self._device_processes, unknown_memory_only
+        )
+
+    def _device_processes(self, device_id: str, index: int) -> DeviceProcesses:
+        try:
+            listed = self._call("mxSmlGetSingleGpuProcess_v3", index)
+        except MxsmlCallError as failure:
+            return memory_only(device_id, memory_reason=failure.reason)
+        return memory_only(device_id, _rows_for(index, listed))
 
     # -- partitions --------------------------------------------------------------------------
 
     def partitions(self, partition_ids: Sequence[str]) -> dict[str, PartitionSample]:
         """MetaX has no partition handle (sGPUs are sysfs slices): every id is unsupported."""
-        return {
-            partition_id: PartitionSample.unread(
-                partition_id, QueryReason.UNSUPPORTED, QueryReason.UNSUPPORTED
-            )
-            for partition_id in partition_ids
-        }
+        return unsupported_partitions(partition_ids)
 
     def close(self) -> None:
         """Nothing to release: MXSML's header declares no shutdown (``pymxsml``'s touches no C)."""
@@ -236,13 +216,6 @@ def _rows_for(index: int, listed: Sequence[Any]) -> tuple[ProcessRow, ...]:
             rows.setdefault(pid, ProcessRow(pid, int(entry.gpuMemoryUsage), None))
             break
     return tuple(rows.values())
-
-
-def _text(value: Any) -> str:
-    """A ``char[]`` field as the binding or its replay returns it (bytes or str)."""
-    if isinstance(value, bytes):
-        return value.split(b"\0", 1)[0].decode("utf-8", errors="replace")
-    return str(value)
 
 
 def _mib(kib: Any) -> int | None:
