@@ -19,9 +19,10 @@ only the values a backend saw.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from typing import Any
 
+from gpustack_simulator.replay import cabi
 from gpustack_vendors.bindings import cndev
 from gpustack_vendors.bindings.cndev import (
     CNDEV_ERROR_INSUFFICIENT_SPACE,
@@ -39,20 +40,6 @@ VERSIONS = range(cndev.CNDEV_VERSION_1, cndev.CNDEV_VERSION_6 + 1)
 
 _I32 = (-(1 << 31), (1 << 31) - 1)
 _U32 = (0, (1 << 32) - 1)
-
-
-def _scalar(arg: object) -> int:
-    """A C scalar argument as an int, whether passed as a Python int or a ctypes value."""
-    value = getattr(arg, "value", arg)
-    if not isinstance(value, int):
-        raise TypeError(f"expected an integer argument, got {arg!r}")
-    return value
-
-
-def _target(pointer: object) -> Any:
-    """Something indexable that writes into the caller's memory (a ``byref`` made a pointer)."""
-    obj = getattr(pointer, "_obj", None)
-    return ctypes.pointer(obj) if obj is not None else pointer
 
 
 def _checked(value: object, bounds: tuple[int, int], what: str) -> int:
@@ -94,7 +81,7 @@ class FakeCndevLib:
         """One struct out-parameter: check its version (if it has one), ask, write the answer."""
         if pointer is None:
             return CNDEV_ERROR_INVALID_ARGUMENT
-        target = _target(pointer)
+        target = cabi.target(pointer)
         versioned = any(spec[0] == "version" for spec in cls._fields_)
         version = int(target[0].version) if versioned else None
         if version is not None and version not in VERSIONS:
@@ -114,7 +101,7 @@ class FakeCndevLib:
 
     def cndevInit(self, reserved: object) -> int:
         """``cndevInit(int reserved)``."""
-        status, _ = self._ask("cndevInit", (_scalar(reserved),))
+        status, _ = self._ask("cndevInit", (cabi.scalar(reserved),))
         return status
 
     def cndevRelease(self) -> int:
@@ -126,7 +113,7 @@ class FakeCndevLib:
         """``cndevGetDeviceCount(cndevCardInfo_t *cardNum)``: ``number`` out, ``version`` in."""
         if card_info is None:
             return CNDEV_ERROR_INVALID_ARGUMENT
-        target = _target(card_info)
+        target = cabi.target(card_info)
         version = int(target[0].version)
         if version not in VERSIONS:
             self.calls.append("cndevGetDeviceCount")
@@ -140,20 +127,20 @@ class FakeCndevLib:
         """``cndevGetDeviceHandleByIndex(int index, cndevDevice_t *handle)``."""
         if handle is None:
             return CNDEV_ERROR_INVALID_ARGUMENT
-        status, value = self._ask("cndevGetDeviceHandleByIndex", (_scalar(index),))
+        status, value = self._ask("cndevGetDeviceHandleByIndex", (cabi.scalar(index),))
         if status == CNDEV_SUCCESS:
-            _target(handle)[0] = _checked(value, _I32, "cndevGetDeviceHandleByIndex")
+            cabi.target(handle)[0] = _checked(value, _I32, "cndevGetDeviceHandleByIndex")
         return status
 
     # -- per device ------------------------------------------------------------------------------
 
     def cndevGetUUID(self, uuid: object, device: object) -> int:
         """``cndevGetUUID(cndevUUID_t *uuidInfo, cndevDevice_t device)``."""
-        return self._struct("cndevGetUUID", uuid, cndev.cndevUUID_t, (_scalar(device),))
+        return self._struct("cndevGetUUID", uuid, cndev.cndevUUID_t, (cabi.scalar(device),))
 
     def cndevGetCardNameStringByDevId(self, device: object) -> bytes | None:
         """``const char *cndevGetCardNameStringByDevId(cndevDevice_t device)``; NULL on failure."""
-        status, value = self._ask("cndevGetCardNameStringByDevId", (_scalar(device),))
+        status, value = self._ask("cndevGetCardNameStringByDevId", (cabi.scalar(device),))
         if status != CNDEV_SUCCESS:
             return None
         if not isinstance(value, str):
@@ -162,24 +149,26 @@ class FakeCndevLib:
 
     def cndevGetPCIeInfoV2(self, info: object, device: object) -> int:
         """``cndevGetPCIeInfoV2(cndevPCIeInfoV2_t *, cndevDevice_t)``; no version field."""
-        return self._struct("cndevGetPCIeInfoV2", info, cndev.cndevPCIeInfoV2_t, (_scalar(device),))
+        return self._struct(
+            "cndevGetPCIeInfoV2", info, cndev.cndevPCIeInfoV2_t, (cabi.scalar(device),)
+        )
 
     def cndevGetMemoryUsageV2(self, info: object, device: object) -> int:
         """``cndevGetMemoryUsageV2(cndevMemoryInfoV2_t *, cndevDevice_t)``; no version field."""
         return self._struct(
-            "cndevGetMemoryUsageV2", info, cndev.cndevMemoryInfoV2_t, (_scalar(device),)
+            "cndevGetMemoryUsageV2", info, cndev.cndevMemoryInfoV2_t, (cabi.scalar(device),)
         )
 
     def cndevGetVersionInfo(self, info: object, device: object) -> int:
         """``cndevGetVersionInfo(cndevVersionInfo_t *, cndevDevice_t)``."""
         return self._struct(
-            "cndevGetVersionInfo", info, cndev.cndevVersionInfo_t, (_scalar(device),)
+            "cndevGetVersionInfo", info, cndev.cndevVersionInfo_t, (cabi.scalar(device),)
         )
 
     def cndevGetCardHealthState(self, info: object, device: object) -> int:
         """``cndevGetCardHealthState(cndevCardHealthState_t *, cndevDevice_t)``."""
         return self._struct(
-            "cndevGetCardHealthState", info, cndev.cndevCardHealthState_t, (_scalar(device),)
+            "cndevGetCardHealthState", info, cndev.cndevCardHealthState_t, (cabi.scalar(device),)
         )
 
     def cndevGetDeviceUtilizationInfo(self, info: object, device: object) -> int:
@@ -188,19 +177,19 @@ class FakeCndevLib:
             "cndevGetDeviceUtilizationInfo",
             info,
             cndev.cndevUtilizationInfo_t,
-            (_scalar(device),),
+            (cabi.scalar(device),),
         )
 
     def cndevGetTemperatureInfo(self, info: object, device: object) -> int:
         """``cndevGetTemperatureInfo(cndevTemperatureInfo_t *, cndevDevice_t)``."""
         return self._struct(
-            "cndevGetTemperatureInfo", info, cndev.cndevTemperatureInfo_t, (_scalar(device),)
+            "cndevGetTemperatureInfo", info, cndev.cndevTemperatureInfo_t, (cabi.scalar(device),)
         )
 
     def cndevGetDevicePowerInfo(self, info: object, device: object) -> int:
         """``cndevGetDevicePowerInfo(cndevDevicePowerInfo_t *, cndevDevice_t)``; no version."""
         return self._struct(
-            "cndevGetDevicePowerInfo", info, cndev.cndevDevicePowerInfo_t, (_scalar(device),)
+            "cndevGetDevicePowerInfo", info, cndev.cndevDevicePowerInfo_t, (cabi.scalar(device),)
         )
 
     # -- process lists ---------------------------------------------------------------------------
@@ -226,16 +215,16 @@ class FakeCndevLib:
         """CNDev's list convention (see the module docstring)."""
         if count is None or rows is None:
             return CNDEV_ERROR_INVALID_ARGUMENT
-        count_ref = _target(count)
-        buffer = _target(rows)
+        count_ref = cabi.target(count)
+        buffer = cabi.target(rows)
         version = int(buffer[0].version)
         if version not in VERSIONS:
             self.calls.append(name)
             return CNDEV_ERROR_UNSUPPORTED_API_VERSION
-        status, value = self._ask(name, (_scalar(device), version))
+        status, value = self._ask(name, (cabi.scalar(device), version))
         if status != CNDEV_SUCCESS:
             return status
-        listed = _rows(name, value, row_type)
+        listed = cabi.rows(name, value, row_type)
         capacity = int(count_ref[0])
         if len(listed) > capacity:
             count_ref[0] = len(listed)
@@ -245,9 +234,3 @@ class FakeCndevLib:
             buffer[i].version = version
         count_ref[0] = len(listed)
         return CNDEV_SUCCESS
-
-
-def _rows(name: str, value: object, row_type: type) -> Sequence[Any]:
-    if not isinstance(value, Sequence) or not all(isinstance(row, row_type) for row in value):
-        raise TypeError(f"{name}: answer must be a list of {row_type.__name__}, got {value!r}")
-    return value

@@ -20,9 +20,10 @@ asks under the method's name (``dcmi_get_vdev_total_resource``, ``dcmi_get_vdev_
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from typing import Any
 
+from gpustack_simulator.replay import cabi
 from gpustack_vendors.bindings.dcmi import (
     DCMI_ERROR_INVALID_PARAMETER,
     DCMI_ERROR_NOT_SUPPORT,
@@ -48,14 +49,6 @@ _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 _UINT_MAX = (1 << 32) - 1
 
 
-def _scalar(arg: object) -> int:
-    """A C scalar argument as an int, whether passed as a Python int or a ctypes value."""
-    value = getattr(arg, "value", arg)
-    if not isinstance(value, int):
-        raise TypeError(f"expected an integer argument, got {arg!r}")
-    return value
-
-
 def memory_of(arg: object) -> tuple[int, int]:
     """``(address, size)`` of the memory a pointer argument designates, as far as ctypes knows.
 
@@ -71,12 +64,6 @@ def memory_of(arg: object) -> tuple[int, int]:
     if isinstance(arg, ctypes.Array | ctypes.Structure):
         return ctypes.addressof(arg), ctypes.sizeof(arg)
     raise TypeError(f"cannot tell the size of the buffer behind {arg!r}")
-
-
-def _target(pointer: object) -> Any:
-    """Something indexable that writes into the caller's memory (``byref`` → a pointer)."""
-    obj = getattr(pointer, "_obj", None)
-    return ctypes.pointer(obj) if obj is not None else pointer
 
 
 def _checked(value: object, low: int, high: int, what: str) -> int:
@@ -121,7 +108,7 @@ class FakeDcmiLib:
             return DCMI_ERROR_INVALID_PARAMETER
         status, value = self._ask(name, name, args)
         if status == DCMI_SUCCESS:
-            _target(out)[0] = _checked(value, low, high, name)
+            cabi.target(out)[0] = _checked(value, low, high, name)
         return status
 
     def _struct_out(
@@ -133,7 +120,7 @@ class FakeDcmiLib:
         if status == DCMI_SUCCESS:
             if not isinstance(value, struct):
                 raise TypeError(f"{name}: answer must be a {struct.__name__}, got {value!r}")
-            _target(out)[0] = value
+            cabi.target(out)[0] = value
         return status
 
     # -- library and enumeration ------------------------------------------------------------------
@@ -155,7 +142,7 @@ class FakeDcmiLib:
             raise TypeError(f"{name}: answer must be a str, got {value!r}")
         encoded = value.encode() + b"\0"
         address, size = memory_of(driver_ver)
-        if len(encoded) > min(_scalar(length), size):
+        if len(encoded) > min(cabi.scalar(length), size):
             return DCMI_ERROR_INVALID_PARAMETER
         ctypes.memmove(address, encoded, len(encoded))
         return DCMI_SUCCESS
@@ -171,27 +158,27 @@ class FakeDcmiLib:
         status, value = self._ask(name, name, ())
         if status != DCMI_SUCCESS:
             return status
-        cards = [_checked(card, 0, _INT_MAX, name) for card in _rows(name, value, int)]
+        cards = [_checked(card, 0, _INT_MAX, name) for card in cabi.rows(name, value, int)]
         address, size = memory_of(card_list)
-        room = min(_scalar(list_len), size // ctypes.sizeof(ctypes.c_int))
+        room = min(cabi.scalar(list_len), size // ctypes.sizeof(ctypes.c_int))
         for i, card in enumerate(cards[:room]):
             ctypes.c_int.from_address(address + i * ctypes.sizeof(ctypes.c_int)).value = card
-        _target(card_num)[0] = len(cards)
+        cabi.target(card_num)[0] = len(cards)
         return DCMI_SUCCESS
 
     def dcmi_get_device_num_in_card(self, card_id: object, device_num: object) -> int:
         """``dcmi_get_device_num_in_card(int card_id, int *device_num)``."""
-        args = (_scalar(card_id),)
+        args = (cabi.scalar(card_id),)
         return self._scalar_out("dcmi_get_device_num_in_card", args, device_num, 0, _INT_MAX)
 
     def dcmi_get_device_type(self, card_id: object, device_id: object, unit: object) -> int:
         """``dcmi_get_device_type(int card_id, int device_id, enum dcmi_unit_type *type)``."""
-        args = (_scalar(card_id), _scalar(device_id))
+        args = (cabi.scalar(card_id), cabi.scalar(device_id))
         return self._scalar_out("dcmi_get_device_type", args, unit, 0, _UINT_MAX)
 
     def dcmi_get_device_logic_id(self, logic_id: object, card_id: object, device_id: object) -> int:
         """``dcmi_get_device_logic_id(int *device_logic_id, int card_id, int device_id)``."""
-        args = (_scalar(card_id), _scalar(device_id))
+        args = (cabi.scalar(card_id), cabi.scalar(device_id))
         return self._scalar_out("dcmi_get_device_logic_id", args, logic_id, 0, _INT_MAX)
 
     # -- identity ---------------------------------------------------------------------------------
@@ -200,41 +187,41 @@ class FakeDcmiLib:
         self, card_id: object, device_id: object, die_type: object, die: object
     ) -> int:
         """``dcmi_get_device_die_v2(int, int, enum dcmi_die_type, struct dcmi_die_id *)``."""
-        args = (_scalar(card_id), _scalar(device_id), _scalar(die_type))
+        args = (cabi.scalar(card_id), cabi.scalar(device_id), cabi.scalar(die_type))
         return self._struct_out("dcmi_get_device_die_v2", args, die, dcmi_die_id)
 
     def dcmi_get_device_die(self, card_id: object, device_id: object, die: object) -> int:
         """``dcmi_get_device_die(int card_id, int device_id, struct dcmi_die_id *die_id)``."""
-        args = (_scalar(card_id), _scalar(device_id))
+        args = (cabi.scalar(card_id), cabi.scalar(device_id))
         return self._struct_out("dcmi_get_device_die", args, die, dcmi_die_id)
 
     def dcmi_get_device_chip_info_v2(self, card_id: object, device_id: object, info: object) -> int:
         """``dcmi_get_device_chip_info_v2(int, int, struct dcmi_chip_info_v2 *)``."""
-        args = (_scalar(card_id), _scalar(device_id))
+        args = (cabi.scalar(card_id), cabi.scalar(device_id))
         return self._struct_out("dcmi_get_device_chip_info_v2", args, info, dcmi_chip_info_v2)
 
     def dcmi_get_device_pcie_info_v2(self, card_id: object, device_id: object, info: object) -> int:
         """``dcmi_get_device_pcie_info_v2(int, int, struct dcmi_pcie_info_all *)``."""
-        args = (_scalar(card_id), _scalar(device_id))
+        args = (cabi.scalar(card_id), cabi.scalar(device_id))
         return self._struct_out("dcmi_get_device_pcie_info_v2", args, info, dcmi_pcie_info_all)
 
     def dcmi_get_device_health(self, card_id: object, device_id: object, health: object) -> int:
         """``dcmi_get_device_health(int card_id, int device_id, unsigned int *health)``."""
-        args = (_scalar(card_id), _scalar(device_id))
+        args = (cabi.scalar(card_id), cabi.scalar(device_id))
         return self._scalar_out("dcmi_get_device_health", args, health, 0, _UINT_MAX)
 
     # -- figures ----------------------------------------------------------------------------------
 
     def dcmi_get_device_hbm_info(self, card_id: object, device_id: object, info: object) -> int:
         """``dcmi_get_device_hbm_info(int, int, struct dcmi_hbm_info *)``."""
-        args = (_scalar(card_id), _scalar(device_id))
+        args = (cabi.scalar(card_id), cabi.scalar(device_id))
         return self._struct_out("dcmi_get_device_hbm_info", args, info, dcmi_hbm_info)
 
     def dcmi_get_device_memory_info_v3(
         self, card_id: object, device_id: object, info: object
     ) -> int:
         """``dcmi_get_device_memory_info_v3(int, int, struct dcmi_get_memory_info_stru *)``."""
-        args = (_scalar(card_id), _scalar(device_id))
+        args = (cabi.scalar(card_id), cabi.scalar(device_id))
         name = "dcmi_get_device_memory_info_v3"
         return self._struct_out(name, args, info, dcmi_get_memory_info_stru)
 
@@ -242,17 +229,17 @@ class FakeDcmiLib:
         self, card_id: object, device_id: object, input_type: object, rate: object
     ) -> int:
         """``dcmi_get_device_utilization_rate(int, int, int input_type, unsigned int *)``."""
-        args = (_scalar(card_id), _scalar(device_id), _scalar(input_type))
+        args = (cabi.scalar(card_id), cabi.scalar(device_id), cabi.scalar(input_type))
         return self._scalar_out("dcmi_get_device_utilization_rate", args, rate, 0, _UINT_MAX)
 
     def dcmi_get_device_temperature(self, card_id: object, device_id: object, temp: object) -> int:
         """``dcmi_get_device_temperature(int card_id, int device_id, int *temperature)``."""
-        args = (_scalar(card_id), _scalar(device_id))
+        args = (cabi.scalar(card_id), cabi.scalar(device_id))
         return self._scalar_out("dcmi_get_device_temperature", args, temp, _INT_MIN, _INT_MAX)
 
     def dcmi_get_device_power_info(self, card_id: object, device_id: object, power: object) -> int:
         """``dcmi_get_device_power_info(int card_id, int device_id, int *power)``."""
-        args = (_scalar(card_id), _scalar(device_id))
+        args = (cabi.scalar(card_id), cabi.scalar(device_id))
         return self._scalar_out("dcmi_get_device_power_info", args, power, _INT_MIN, _INT_MAX)
 
     # -- processes --------------------------------------------------------------------------------
@@ -268,10 +255,10 @@ class FakeDcmiLib:
         name = "dcmi_get_device_resource_info"
         if proc_info is None or proc_num is None:
             return DCMI_ERROR_INVALID_PARAMETER
-        status, value = self._ask(name, name, (_scalar(card_id), _scalar(device_id)))
+        status, value = self._ask(name, name, (cabi.scalar(card_id), cabi.scalar(device_id)))
         if status != DCMI_SUCCESS:
             return status
-        rows = _rows(name, value, dcmi_proc_mem_info)
+        rows = cabi.rows(name, value, dcmi_proc_mem_info)
         address, size = memory_of(proc_info)
         width = ctypes.sizeof(dcmi_proc_mem_info)
         room = size // width
@@ -279,7 +266,7 @@ class FakeDcmiLib:
             ctypes.memmove(address + i * width, ctypes.addressof(row), width)
         if len(rows) > room:
             self.overruns.append((name, room, len(rows)))
-        _target(proc_num)[0] = len(rows)
+        cabi.target(proc_num)[0] = len(rows)
         return DCMI_SUCCESS
 
     # -- vNPUs ------------------------------------------------------------------------------------
@@ -302,10 +289,10 @@ class FakeDcmiLib:
         symbol = "dcmi_get_device_info"
         if buf is None or size is None:
             return DCMI_ERROR_INVALID_PARAMETER
-        card, device = _scalar(card_id), _scalar(device_id)
-        main, sub = _scalar(main_cmd), _scalar(sub_cmd)
+        card, device = cabi.scalar(card_id), cabi.scalar(device_id)
+        main, sub = cabi.scalar(main_cmd), cabi.scalar(sub_cmd)
         address, physical = memory_of(buf)
-        declared = min(int(_target(size)[0]), physical)
+        declared = min(int(cabi.target(size)[0]), physical)
         expected: type[ctypes.Structure]
         args: tuple[int, ...] = ()
         if main == DCMI_MAIN_CMD_VDEV_MNG and sub == DCMI_VMNG_SUB_CMD_GET_TOTAL_RESOURCE:
@@ -327,11 +314,5 @@ class FakeDcmiLib:
         if not isinstance(value, expected):
             raise TypeError(f"{method}: answer must be a {expected.__name__}, got {value!r}")
         ctypes.memmove(address, ctypes.addressof(value), ctypes.sizeof(expected))
-        _target(size)[0] = ctypes.sizeof(expected)
+        cabi.target(size)[0] = ctypes.sizeof(expected)
         return DCMI_SUCCESS
-
-
-def _rows(name: str, value: object, row_type: type) -> Sequence[Any]:
-    if not isinstance(value, Sequence) or not all(isinstance(row, row_type) for row in value):
-        raise TypeError(f"{name}: answer must be a list of {row_type.__name__}, got {value!r}")
-    return value

@@ -18,6 +18,7 @@ import ctypes
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final
 
+from gpustack_simulator.replay import cabi
 from gpustack_vendors.bindings.hgml import (
     HGML_ERROR_ARGUMENT_VERSION_MISMATCH,
     HGML_ERROR_INSUFFICIENT_SIZE,
@@ -45,20 +46,6 @@ METHODS: Final[dict[str, str]] = {symbol: method for method, symbol in SYMBOLS.i
 
 _UINT_MAX = (1 << 32) - 1
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
-
-
-def _scalar(arg: object) -> int:
-    """A C scalar argument as an int, whether passed as a Python int or a ctypes value."""
-    value = getattr(arg, "value", arg)
-    if not isinstance(value, int):
-        raise TypeError(f"expected an integer argument, got {arg!r}")
-    return value
-
-
-def _target(pointer: object) -> Any:
-    """Something indexable that writes into the caller's memory (``byref`` → a pointer)."""
-    obj = getattr(pointer, "_obj", None)
-    return ctypes.pointer(obj) if obj is not None else pointer
 
 
 def _object(pointer: object) -> Any:
@@ -116,7 +103,7 @@ class FakeHgmlLib:
             return HGML_ERROR_INVALID_ARGUMENT
         status, value = self._ask(symbol, args)
         if status == HGML_SUCCESS:
-            _target(out)[0] = _checked(value, low, high, symbol)
+            cabi.target(out)[0] = _checked(value, low, high, symbol)
         return status
 
     def _struct_out(
@@ -128,7 +115,7 @@ class FakeHgmlLib:
         if status == HGML_SUCCESS:
             if not isinstance(value, struct):
                 raise TypeError(f"{symbol}: answer must be a {struct.__name__}, got {value!r}")
-            _target(out)[0] = value
+            cabi.target(out)[0] = value
         return status
 
     def _string_out(
@@ -144,7 +131,7 @@ class FakeHgmlLib:
             raise TypeError(f"{symbol}: answer must be a str, got {value!r}")
         encoded = value.encode() + b"\0"
         target = _object(buffer)
-        if len(encoded) > min(_scalar(length), ctypes.sizeof(target)):
+        if len(encoded) > min(cabi.scalar(length), ctypes.sizeof(target)):
             return HGML_ERROR_INSUFFICIENT_SIZE
         ctypes.memmove(ctypes.addressof(target), encoded, len(encoded))
         return HGML_SUCCESS
@@ -156,14 +143,14 @@ class FakeHgmlLib:
         if status == HGML_SUCCESS:
             if not isinstance(value, c_hgmlDevice_t):
                 raise TypeError(f"{symbol}: answer must be a c_hgmlDevice_t, got {value!r}")
-            _target(out)[0] = value
+            cabi.target(out)[0] = value
         return status
 
     # -- library ----------------------------------------------------------------------------------
 
     def hgmlInitWithFlags(self, flags: object) -> int:
         """``hgmlInitWithFlags(unsigned int flags)``; the binding passes 0."""
-        if _scalar(flags) != 0:
+        if cabi.scalar(flags) != 0:
             return HGML_ERROR_INVALID_ARGUMENT
         status, _ = self._ask("hgmlInitWithFlags", ())
         return status
@@ -189,7 +176,7 @@ class FakeHgmlLib:
 
     def hgmlDeviceGetHandleByIndex_v2(self, index: object, device: object) -> int:
         """``hgmlDeviceGetHandleByIndex_v2(unsigned int, hgmlDevice_t *)``."""
-        return self._handle_out("hgmlDeviceGetHandleByIndex_v2", (_scalar(index),), device)
+        return self._handle_out("hgmlDeviceGetHandleByIndex_v2", (cabi.scalar(index),), device)
 
     def hgmlDeviceGetUUID(self, device: object, uuid: object, length: object) -> int:
         """``hgmlDeviceGetUUID(hgmlDevice_t, char *uuid, unsigned int length)``."""
@@ -218,7 +205,7 @@ class FakeHgmlLib:
 
     def hgmlDeviceGetTemperature(self, device: object, sensor: object, temp: object) -> int:
         """``hgmlDeviceGetTemperature(hgmlDevice_t, sensors, unsigned int *)``."""
-        return self._scalar_out("hgmlDeviceGetTemperature", (device, _scalar(sensor)), temp)
+        return self._scalar_out("hgmlDeviceGetTemperature", (device, cabi.scalar(sensor)), temp)
 
     def hgmlDeviceGetPowerUsage(self, device: object, power: object) -> int:
         """``hgmlDeviceGetPowerUsage(hgmlDevice_t, unsigned int *power)`` (mW)."""
@@ -233,11 +220,11 @@ class FakeHgmlLib:
             return HGML_ERROR_INVALID_ARGUMENT
         status, value = self._ask(symbol, (device,))
         if status == HGML_SUCCESS:
-            modes = _rows(symbol, value, int)
+            modes = cabi.rows(symbol, value, int)
             if len(modes) != 2:
                 raise TypeError(f"{symbol}: answer must be [current, pending], got {value!r}")
-            _target(current)[0] = _checked(modes[0], 0, _UINT_MAX, symbol)
-            _target(pending)[0] = _checked(modes[1], 0, _UINT_MAX, symbol)
+            cabi.target(current)[0] = _checked(modes[0], 0, _UINT_MAX, symbol)
+            cabi.target(pending)[0] = _checked(modes[1], 0, _UINT_MAX, symbol)
         return status
 
     def hgmlDeviceGetMaxMigDeviceCount(self, device: object, count: object) -> int:
@@ -252,7 +239,7 @@ class FakeHgmlLib:
         An empty slot answers ``NOT_FOUND``.
         """
         symbol = "hgmlDeviceGetMigDeviceHandleByIndex"
-        return self._handle_out(symbol, (device, _scalar(index)), mig)
+        return self._handle_out(symbol, (device, cabi.scalar(index)), mig)
 
     # -- processes --------------------------------------------------------------------------------
 
@@ -271,8 +258,8 @@ class FakeHgmlLib:
         status, value = self._ask(symbol, (device,))
         if status != HGML_SUCCESS:
             return status
-        rows = _rows(symbol, value, c_hgmlProcessInfo_t)
-        return _fill(rows, infos, _target(count), empty_probe=HGML_SUCCESS)
+        rows = cabi.rows(symbol, value, c_hgmlProcessInfo_t)
+        return _fill(rows, infos, cabi.target(count), empty_probe=HGML_SUCCESS)
 
     def hgmlDeviceGetProcessUtilization(
         self, device: object, samples: object, count: object, last_seen: object
@@ -284,11 +271,11 @@ class FakeHgmlLib:
         symbol = "hgmlDeviceGetProcessUtilization"
         if count is None:
             return HGML_ERROR_INVALID_ARGUMENT
-        status, value = self._ask(symbol, (device, _scalar(last_seen)))
+        status, value = self._ask(symbol, (device, cabi.scalar(last_seen)))
         if status != HGML_SUCCESS:
             return status
-        rows = _rows(symbol, value, c_hgmlProcessUtilizationSample_t)
-        return _fill(rows, samples, _target(count), empty_probe=HGML_ERROR_NOT_FOUND)
+        rows = cabi.rows(symbol, value, c_hgmlProcessUtilizationSample_t)
+        return _fill(rows, samples, cabi.target(count), empty_probe=HGML_ERROR_NOT_FOUND)
 
     def hgmlDeviceGetProcessesUtilizationInfo(self, device: object, info: object) -> int:
         """``(hgmlDevice_t, hgmlProcessesUtilizationInfo_t *)``: the versioned call.
@@ -308,7 +295,7 @@ class FakeHgmlLib:
         status, value = self._ask(symbol, (device, int(header.lastSeenTimeStamp)))
         if status != HGML_SUCCESS:
             return status
-        rows = _rows(symbol, value, c_hgmlProcessUtilizationInfo_v1_t)
+        rows = cabi.rows(symbol, value, c_hgmlProcessUtilizationInfo_v1_t)
         if not rows:
             return HGML_ERROR_NOT_FOUND
         if not header.procUtilArray or header.processSamplesCount < len(rows):
@@ -318,12 +305,6 @@ class FakeHgmlLib:
             header.procUtilArray[i] = row
         header.processSamplesCount = len(rows)
         return HGML_SUCCESS
-
-
-def _rows(name: str, value: object, row_type: type) -> Sequence[Any]:
-    if not isinstance(value, Sequence) or not all(isinstance(row, row_type) for row in value):
-        raise TypeError(f"{name}: answer must be a list of {row_type.__name__}, got {value!r}")
-    return value
 
 
 def _fill(rows: Sequence[Any], buffer: object, count: Any, *, empty_probe: int) -> int:
@@ -337,7 +318,7 @@ def _fill(rows: Sequence[Any], buffer: object, count: Any, *, empty_probe: int) 
     if capacity < len(rows):
         count[0] = len(rows)
         return HGML_ERROR_INSUFFICIENT_SIZE
-    target = _target(buffer)
+    target = cabi.target(buffer)
     for i, row in enumerate(rows):
         target[i] = row
     count[0] = len(rows)

@@ -16,7 +16,13 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Final
 
 from gpustack_simulator.recording import Raises, Recording, RowFilter
-from gpustack_simulator.replay.codec import HandleRef, encode_ctypes, fill_struct
+from gpustack_simulator.replay.binding_standin import (
+    BindingCodec,
+    ReplayAnswer,
+    binding_module,
+    replayer_behind,
+    struct_table,
+)
 from gpustack_simulator.replay.engine import Clock, Replayer
 from gpustack_simulator.replay.hgml_lib import FakeHgmlLib
 from gpustack_vendors.bindings import hgml
@@ -30,20 +36,8 @@ FUNCTIONS: Final = tuple(SYMBOLS)
 
 _NOT_FOUND = Raises(type="HGMLError", code=hgml.HGML_ERROR_NOT_FOUND)
 
-_STRUCTS: Final[Mapping[str, type[ctypes.Structure]]] = {
-    cls.__name__: cls
-    for cls in (
-        hgml.c_hgmlMemory_t,
-        hgml.c_hgmlUtilization_t,
-        hgml.hgmlPciInfo_t,
-        hgml.c_hgmlProcessInfo_t,
-        hgml.c_hgmlProcessUtilizationSample_t,
-        hgml.c_hgmlProcessUtilizationInfo_v1_t,
-    )
-}
 
-
-class HgmlCodec:
+class HgmlCodec(BindingCodec):
     """HGML's values: ctypes structs, pointer handles, ``HGMLError`` with NVML's codes."""
 
     library_id = LIBRARY_ID
@@ -58,36 +52,20 @@ class HgmlCodec:
             arg=1, field="timeStamp", empty_raises=_NOT_FOUND
         ),
     }
+    label = "HGML"
+    structs = struct_table(
+        hgml.c_hgmlMemory_t,
+        hgml.c_hgmlUtilization_t,
+        hgml.hgmlPciInfo_t,
+        hgml.c_hgmlProcessInfo_t,
+        hgml.c_hgmlProcessUtilizationSample_t,
+        hgml.c_hgmlProcessUtilizationInfo_v1_t,
+    )
+    error_type = HGMLError
+    not_found_code = hgml.HGML_ERROR_FUNCTION_NOT_FOUND
 
     def __init__(self) -> None:
         self._keepalive: list[object] = []
-
-    def encode(self, value: object, handle_ref: HandleRef) -> Any:
-        """Structs with every field; handles by ref."""
-        return encode_ctypes(value, handle_ref, self)
-
-    def build(self, type_name: str, fields: Mapping[str, Any]) -> object:
-        """Rebuild with the binding's own struct class."""
-        cls = _STRUCTS.get(type_name)
-        if cls is None:
-            raise KeyError(f"HGML binding has no struct {type_name!r}")
-        struct = cls()
-        fill_struct(struct, fields, self)
-        return struct
-
-    def error(self, raises: Raises) -> BaseException:
-        """``HGMLError(code)``: the fake library turns it back into the returned code."""
-        return HGMLError(raises.code)
-
-    def describe_error(self, exc: BaseException) -> Raises | None:
-        """Only ``HGMLError`` is the binding's; ``.value`` is the code."""
-        if isinstance(exc, HGMLError):
-            return Raises(type=type(exc).__name__, code=int(exc.value))
-        return None
-
-    def missing(self, fn: str) -> BaseException:
-        """``FUNCTION_NOT_FOUND``: NVML's (and the binding's) code for a missing symbol."""
-        return HGMLError(hgml.HGML_ERROR_FUNCTION_NOT_FOUND, fn)
 
     def is_handle(self, value: object) -> bool:
         """Device handles are ``c_hgmlDevice_t`` (a pointer to an opaque struct)."""
@@ -116,34 +94,17 @@ class HgmlCodec:
 def build_binding(recording: Recording, *, clock: Clock | None = None) -> Hgml:
     """Our real HGML binding over a fake library whose answers come from ``recording``."""
     replayer = Replayer(recording, HgmlCodec(), clock=clock)
-    return Hgml(FakeHgmlLib(_Answer(replayer)))
-
-
-class _Answer:
-    """``FakeHgmlLib``'s callback: one replayed call per C call."""
-
-    def __init__(self, replayer: Replayer) -> None:
-        self.replayer = replayer
-
-    def __call__(self, name: str, args: tuple[object, ...]) -> object:
-        return self.replayer.invoke(name, args, {})
+    return Hgml(FakeHgmlLib(ReplayAnswer(replayer)))
 
 
 def replayer_of(binding: Hgml) -> Replayer:
     """The replayer behind a binding made by :func:`build_binding`."""
-    lib = binding.lib
-    if not isinstance(lib, FakeHgmlLib) or not isinstance(lib.answer, _Answer):
-        raise TypeError("not a replayed HGML binding")
-    return lib.answer.replayer
+    return replayer_behind(binding.lib, FakeHgmlLib, "HGML")
 
 
 def as_module(binding: Hgml) -> types.ModuleType:
     """The binding's methods as a module, the shape the recorder's proxy wraps."""
-    module = types.ModuleType("hgml", doc="HGML binding methods")
-    for name in FUNCTIONS:
-        setattr(module, name, getattr(binding, name))
-    module.__dict__.update(HGMLError=HGMLError)
-    return module
+    return binding_module(binding, "hgml", "HGML binding methods", FUNCTIONS, HGMLError)
 
 
 def replay_backend(recording: Recording, *, clock: Clock | None = None) -> TheadBackend:

@@ -13,6 +13,7 @@ import ctypes
 from collections.abc import Callable, Collection
 from typing import Any
 
+from gpustack_simulator.replay import cabi
 from gpustack_vendors.bindings.hydmi import (
     DMI_ERROR_INVALID_ARGUMENT,
     DMI_SUCCESS,
@@ -32,25 +33,12 @@ Handles in ``args`` arrive as ``ctypes.c_void_p``; a handle result is a ``c_void
 _U32_MAX = 0xFFFFFFFF
 
 
-def _scalar(arg: object) -> int:
-    value = getattr(arg, "value", arg)
-    if not isinstance(value, int):
-        raise TypeError(f"expected an integer argument, got {arg!r}")
-    return value
-
-
 def _handle(arg: object) -> ctypes.c_void_p:
     """A handle argument, always as a fresh ``c_void_p`` carrying the address."""
     value = getattr(arg, "value", arg)
     if value is not None and not isinstance(value, int):
         raise TypeError(f"expected a handle, got {arg!r}")
     return ctypes.c_void_p(value)
-
-
-def _target(pointer: object) -> Any:
-    """Something indexable that writes into the caller's memory (``byref`` included)."""
-    obj = getattr(pointer, "_obj", None)
-    return ctypes.pointer(obj) if obj is not None else pointer
 
 
 def _address(value: object, what: str) -> int:
@@ -96,7 +84,7 @@ class FakeHyDmiLib:
             return DMI_ERROR_INVALID_ARGUMENT
         status, value = self._ask(name, args)
         if status == DMI_SUCCESS:
-            _target(out)[0] = _count(value, name)
+            cabi.target(out)[0] = _count(value, name)
         return status
 
     def _handle_out(self, name: str, args: tuple[object, ...], out: object) -> int:
@@ -104,7 +92,7 @@ class FakeHyDmiLib:
             return DMI_ERROR_INVALID_ARGUMENT
         status, value = self._ask(name, args)
         if status == DMI_SUCCESS:
-            _target(out)[0] = _address(value, name)
+            cabi.target(out)[0] = _address(value, name)
         return status
 
     def _struct_out(
@@ -116,7 +104,7 @@ class FakeHyDmiLib:
         if status == DMI_SUCCESS:
             if not isinstance(value, struct):
                 raise TypeError(f"{name}: answer must be a {struct.__name__}, got {value!r}")
-            _target(out)[0] = value
+            cabi.target(out)[0] = value
         return status
 
     # -- system ----------------------------------------------------------------------------------
@@ -129,8 +117,8 @@ class FakeHyDmiLib:
         if status == DMI_SUCCESS:
             if not isinstance(value, tuple | list) or len(value) != 2:
                 raise TypeError(f"nvmlGetSystemMigMode: answer must be a pair, got {value!r}")
-            _target(current)[0] = _count(value[0], "nvmlGetSystemMigMode")
-            _target(pending)[0] = _count(value[1], "nvmlGetSystemMigMode")
+            cabi.target(current)[0] = _count(value[0], "nvmlGetSystemMigMode")
+            cabi.target(pending)[0] = _count(value[1], "nvmlGetSystemMigMode")
         return status
 
     def nvmlDeviceGetCount(self, count: object) -> int:
@@ -159,7 +147,7 @@ class FakeHyDmiLib:
         """``…GetGpuInstanceProfileInfo(nvmlDevice_t, unsigned int profile, *info)``."""
         name = "nvmlDeviceGetGpuInstanceProfileInfo"
         return self._struct_out(
-            name, (_handle(device), _scalar(profile)), info, dmiGpuInstanceProfileInfo_t
+            name, (_handle(device), cabi.scalar(profile)), info, dmiGpuInstanceProfileInfo_t
         )
 
     def nvmlDeviceGetMigDeviceHandleByIndex(
@@ -167,12 +155,12 @@ class FakeHyDmiLib:
     ) -> int:
         """``…GetMigDeviceHandleByIndex(nvmlDevice_t, unsigned int index, nvmlDevice_t *)``."""
         name = "nvmlDeviceGetMigDeviceHandleByIndex"
-        return self._handle_out(name, (_handle(device), _scalar(index)), mig)
+        return self._handle_out(name, (_handle(device), cabi.scalar(index)), mig)
 
     def nvmlDeviceGetGpuInstanceById(self, device: object, gi_id: object, instance: object) -> int:
         """``…GetGpuInstanceById(nvmlDevice_t, unsigned int id, nvmlGpuInstance_t *)``."""
         name = "nvmlDeviceGetGpuInstanceById"
-        return self._handle_out(name, (_handle(device), _scalar(gi_id)), instance)
+        return self._handle_out(name, (_handle(device), cabi.scalar(gi_id)), instance)
 
     def nvmlGpuInstanceGetInfo(self, instance: object, info: object) -> int:
         """``nvmlGpuInstanceGetInfo(nvmlGpuInstance_t, nvmlGpuInstanceInfo_t *info)``."""

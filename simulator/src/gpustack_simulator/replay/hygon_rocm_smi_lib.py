@@ -10,8 +10,8 @@ through their out-pointers, strings copied into the caller's buffer as ``src/roc
 from __future__ import annotations
 
 import ctypes
-from typing import Any
 
+from gpustack_simulator.replay import cabi
 from gpustack_simulator.replay.rocm_smi_lib import FakeRocmSmiLib
 from gpustack_vendors.bindings.rocm_smi import RSMI_STATUS_INVALID_ARGS, RSMI_STATUS_SUCCESS
 
@@ -20,18 +20,6 @@ _LIMITS = {
     "u64": (0, 0xFFFFFFFFFFFFFFFF),
     "i64": (-(1 << 63), (1 << 63) - 1),
 }
-
-
-def _scalar(arg: object) -> int:
-    value = getattr(arg, "value", arg)
-    if not isinstance(value, int):
-        raise TypeError(f"expected an integer argument, got {arg!r}")
-    return value
-
-
-def _target(pointer: object) -> Any:
-    obj = getattr(pointer, "_obj", None)
-    return ctypes.pointer(obj) if obj is not None else pointer
 
 
 def _fits(value: object, kind: str, what: str) -> int:
@@ -49,11 +37,11 @@ class FakeHygonRocmSmiLib(FakeRocmSmiLib):
             return RSMI_STATUS_INVALID_ARGS
         status, value = self._ask(name, args)
         if status == RSMI_STATUS_SUCCESS:
-            _target(out)[0] = _fits(value, kind, name)
+            cabi.target(out)[0] = _fits(value, kind, name)
         return status
 
     def _string_out(self, name: str, args: tuple[object, ...], buffer: object, size: object) -> int:
-        length = _scalar(size)
+        length = cabi.scalar(size)
         if not isinstance(buffer, ctypes.Array) or length <= 0:
             return RSMI_STATUS_INVALID_ARGS
         status, value = self._ask(name, args)
@@ -66,38 +54,38 @@ class FakeHygonRocmSmiLib(FakeRocmSmiLib):
 
     def rsmi_dev_unique_id_get(self, dv_ind: object, unique_id: object) -> int:
         """``rsmi_dev_unique_id_get(uint32_t dv_ind, uint64_t *id)``."""
-        return self._scalar_out("rsmi_dev_unique_id_get", (_scalar(dv_ind),), unique_id, "u64")
+        return self._scalar_out("rsmi_dev_unique_id_get", (cabi.scalar(dv_ind),), unique_id, "u64")
 
     def rsmi_dev_name_get(self, dv_ind: object, name: object, length: object) -> int:
         """``rsmi_dev_name_get(uint32_t dv_ind, char *name, size_t len)``."""
-        return self._string_out("rsmi_dev_name_get", (_scalar(dv_ind),), name, length)
+        return self._string_out("rsmi_dev_name_get", (cabi.scalar(dv_ind),), name, length)
 
     def rsmi_dev_memory_total_get(self, dv_ind: object, mem_type: object, total: object) -> int:
         """``rsmi_dev_memory_total_get(uint32_t dv_ind, rsmi_memory_type_t, uint64_t *total)``."""
-        args = (_scalar(dv_ind), _scalar(mem_type))
+        args = (cabi.scalar(dv_ind), cabi.scalar(mem_type))
         return self._scalar_out("rsmi_dev_memory_total_get", args, total, "u64")
 
     def rsmi_dev_memory_usage_get(self, dv_ind: object, mem_type: object, used: object) -> int:
         """``rsmi_dev_memory_usage_get(uint32_t dv_ind, rsmi_memory_type_t, uint64_t *used)``."""
-        args = (_scalar(dv_ind), _scalar(mem_type))
+        args = (cabi.scalar(dv_ind), cabi.scalar(mem_type))
         return self._scalar_out("rsmi_dev_memory_usage_get", args, used, "u64")
 
     def rsmi_dev_busy_percent_get(self, dv_ind: object, percent: object) -> int:
         """``rsmi_dev_busy_percent_get(uint32_t dv_ind, uint32_t *busy_percent)``."""
-        return self._scalar_out("rsmi_dev_busy_percent_get", (_scalar(dv_ind),), percent, "u32")
+        return self._scalar_out("rsmi_dev_busy_percent_get", (cabi.scalar(dv_ind),), percent, "u32")
 
     def rsmi_dev_temp_metric_get(
         self, dv_ind: object, sensor: object, metric: object, value: object
     ) -> int:
         """``rsmi_dev_temp_metric_get(uint32_t, uint32_t sensor, metric, int64_t *value)``."""
-        args = (_scalar(dv_ind), _scalar(sensor), _scalar(metric))
+        args = (cabi.scalar(dv_ind), cabi.scalar(sensor), cabi.scalar(metric))
         return self._scalar_out("rsmi_dev_temp_metric_get", args, value, "i64")
 
     def rsmi_dev_power_ave_get(self, dv_ind: object, sensor: object, power: object) -> int:
         """``rsmi_dev_power_ave_get(uint32_t dv_ind, uint32_t sensor_ind, uint64_t *power)``."""
-        args = (_scalar(dv_ind), _scalar(sensor))
+        args = (cabi.scalar(dv_ind), cabi.scalar(sensor))
         return self._scalar_out("rsmi_dev_power_ave_get", args, power, "u64")
 
     def rsmi_version_str_get(self, component: object, buffer: object, length: object) -> int:
         """``rsmi_version_str_get(rsmi_sw_component_t, char *ver_str, uint32_t len)``."""
-        return self._string_out("rsmi_version_str_get", (_scalar(component),), buffer, length)
+        return self._string_out("rsmi_version_str_get", (cabi.scalar(component),), buffer, length)

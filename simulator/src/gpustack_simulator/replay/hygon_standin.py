@@ -19,7 +19,13 @@ import types
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Final
 
-from gpustack_simulator.recording import Raises, Recording, RowFilter
+from gpustack_simulator.recording import Recording
+from gpustack_simulator.replay.binding_standin import (
+    BindingCodec,
+    ReplayAnswer,
+    binding_module,
+    replayer_behind,
+)
 from gpustack_simulator.replay.codec import HandleRef, encode_ctypes, fill_struct
 from gpustack_simulator.replay.engine import Clock, Replayer
 from gpustack_simulator.replay.hydmi_lib import FakeHyDmiLib
@@ -40,13 +46,16 @@ ROCM_SMI_ID: Final = "rocm_smi"
 HYDMI_ID: Final = "hydmi_mig"
 
 
-class HyDmiCodec:
+class HyDmiCodec(BindingCodec):
     """``libhydmi_mig``'s values: Hygon-layout structs, ``c_void_p`` handles, ``HyDmiError``."""
 
     library_id = HYDMI_ID
     init_functions: frozenset[str] = frozenset()
     """The library has no init: replay time counts from the stand-in's construction."""
-    filters: Mapping[str, RowFilter] = {}
+    label = "hydmi"
+    structs = hydmi.STRUCTS
+    error_type = HyDmiError
+    not_found_code = DMI_ERROR_FUNCTION_NOT_FOUND
 
     def __init__(self) -> None:
         self._keepalive: list[ctypes.Array[ctypes.c_char]] = []
@@ -67,7 +76,7 @@ class HyDmiCodec:
 
     def build(self, type_name: str, fields: Mapping[str, Any]) -> object:
         """Rebuild with the binding's own struct class; an embedded handle by its live address."""
-        cls = hydmi.STRUCTS.get(type_name)
+        cls = self.structs.get(type_name)
         if cls is None:
             raise KeyError(f"hydmi binding has no struct {type_name!r}")
         struct = cls()
@@ -83,20 +92,6 @@ class HyDmiCodec:
             return struct
         fill_struct(struct, fields, self)
         return struct
-
-    def error(self, raises: Raises) -> BaseException:
-        """``HyDmiError(code)``: the fake library turns it back into the returned status."""
-        return HyDmiError(raises.code)
-
-    def describe_error(self, exc: BaseException) -> Raises | None:
-        """Only ``HyDmiError`` is the binding's; ``.value`` is the ``nvmlReturn_t``."""
-        if isinstance(exc, HyDmiError):
-            return Raises(type=type(exc).__name__, code=int(exc.value))
-        return None
-
-    def missing(self, fn: str) -> BaseException:
-        """``FUNCTION_NOT_FOUND``, what the binding raises for a symbol the library lacks."""
-        return HyDmiError(DMI_ERROR_FUNCTION_NOT_FOUND, fn)
 
     def is_handle(self, value: object) -> bool:
         """Card, MIG device and GPU instance handles are all ``c_void_p``."""
@@ -124,16 +119,6 @@ class HyDmiCodec:
         return f"{fn}({','.join(map(str, args))})"
 
 
-class _Answer:
-    """A fake C library's callback: one replayed call per C call."""
-
-    def __init__(self, replayer: Replayer) -> None:
-        self.replayer = replayer
-
-    def __call__(self, name: str, args: tuple[object, ...]) -> object:
-        return self.replayer.invoke(name, args, {})
-
-
 class RecordedRegistry:
     """The instance registry as the recording saw it (``dmi_mig_registry``)."""
 
@@ -151,7 +136,7 @@ class RecordedRegistry:
 def build_rocm_smi(recording: Recording, *, clock: Clock | None = None) -> HygonRocmSmi:
     """Our Hygon ROCm SMI binding over a fake library answering from ``recording``."""
     replayer = Replayer(recording, RocmSmiCodec(), clock=clock)
-    return HygonRocmSmi(FakeHygonRocmSmiLib(_Answer(replayer)))
+    return HygonRocmSmi(FakeHygonRocmSmiLib(ReplayAnswer(replayer)))
 
 
 def build_hydmi(recording: Recording, *, clock: Clock | None = None) -> HyDmiMig:
@@ -159,35 +144,31 @@ def build_hydmi(recording: Recording, *, clock: Clock | None = None) -> HyDmiMig
     codec = HyDmiCodec()
     replayer = Replayer(recording, codec, clock=clock)
     codec.resolve = replayer.handle
-    answer = _Answer(replayer)
+    answer = ReplayAnswer(replayer)
     return HyDmiMig(FakeHyDmiLib(answer), registry=RecordedRegistry(answer))
 
 
 def replayer_of(binding: HygonRocmSmi | HyDmiMig) -> Replayer:
     """The replayer behind a binding made here."""
-    lib = binding.lib
-    answer = getattr(lib, "answer", None)
-    if not isinstance(answer, _Answer):
-        raise TypeError("not a replayed Hygon binding")
-    return answer.replayer
+    return replayer_behind(binding.lib, object, "Hygon")
 
 
 def rocm_smi_module(binding: HygonRocmSmi) -> types.ModuleType:
     """The ROCm SMI binding's methods as a module, the shape the recorder's proxy wraps."""
-    module = types.ModuleType("rocm_smi", doc="Hygon ROCm SMI binding methods")
-    for name in hygon_rocm_smi.FUNCTIONS:
-        setattr(module, name, getattr(binding, name))
-    module.__dict__.update(ROCMSMIError=ROCMSMIError)
-    return module
+    return binding_module(
+        binding,
+        "rocm_smi",
+        "Hygon ROCm SMI binding methods",
+        hygon_rocm_smi.FUNCTIONS,
+        ROCMSMIError,
+    )
 
 
 def hydmi_module(binding: HyDmiMig) -> types.ModuleType:
     """The ``libhydmi_mig`` binding's methods as a module, for the recorder's proxy."""
-    module = types.ModuleType("hydmi", doc="libhydmi_mig binding methods")
-    for name in hydmi.FUNCTIONS:
-        setattr(module, name, getattr(binding, name))
-    module.__dict__.update(HyDmiError=HyDmiError)
-    return module
+    return binding_module(
+        binding, "hydmi", "libhydmi_mig binding methods", hydmi.FUNCTIONS, HyDmiError
+    )
 
 
 def dmi_missing(recording: Recording) -> str:

@@ -21,9 +21,10 @@ list growing between the probe and the fill.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from typing import Any
 
+from gpustack_simulator.replay import cabi
 from gpustack_vendors.bindings import ixml
 from gpustack_vendors.bindings.ixml import (
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
@@ -40,20 +41,6 @@ Answer = Callable[[str, tuple[object, ...]], object]
 _U32 = (0, (1 << 32) - 1)
 _I32 = (-(1 << 31), (1 << 31) - 1)
 _U64 = (0, (1 << 64) - 1)
-
-
-def _scalar(arg: object) -> int:
-    """A C scalar argument as an int, whether passed as a Python int or a ctypes value."""
-    value = getattr(arg, "value", arg)
-    if not isinstance(value, int):
-        raise TypeError(f"expected an integer argument, got {arg!r}")
-    return value
-
-
-def _target(pointer: object) -> Any:
-    """Something indexable that writes into the caller's memory (a ``byref`` made a pointer)."""
-    obj = getattr(pointer, "_obj", None)
-    return ctypes.pointer(obj) if obj is not None else pointer
 
 
 def _device(arg: object) -> ixmlDevice_t | None:
@@ -110,7 +97,7 @@ class FakeIxmlLib:
             return NVML_ERROR_INVALID_ARGUMENT
         status, value = self._ask(name, args)
         if status == NVML_SUCCESS:
-            _target(out)[0] = _checked(value, bounds, name)
+            cabi.target(out)[0] = _checked(value, bounds, name)
         return status
 
     def _text_out(self, name: str, args: tuple[object, ...], buffer: object, length: object) -> int:
@@ -122,7 +109,7 @@ class FakeIxmlLib:
         if not isinstance(value, str):
             raise TypeError(f"{name}: answer must be a str, got {value!r}")
         encoded = value.encode()
-        if len(encoded) + 1 > _scalar(length):
+        if len(encoded) + 1 > cabi.scalar(length):
             return NVML_ERROR_INSUFFICIENT_SIZE
         ctypes.memmove(buffer, encoded + b"\0", len(encoded) + 1)  # type: ignore[arg-type]
         return NVML_SUCCESS
@@ -136,7 +123,7 @@ class FakeIxmlLib:
         if status == NVML_SUCCESS:
             if not isinstance(value, cls):
                 raise TypeError(f"{name}: answer must be a {cls.__name__}, got {value!r}")
-            _target(out)[0] = value
+            cabi.target(out)[0] = value
         return status
 
     # -- library ---------------------------------------------------------------------------------
@@ -167,11 +154,11 @@ class FakeIxmlLib:
         """``nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)``."""
         if device is None:
             return NVML_ERROR_INVALID_ARGUMENT
-        status, value = self._ask("nvmlDeviceGetHandleByIndex_v2", (_scalar(index),))
+        status, value = self._ask("nvmlDeviceGetHandleByIndex_v2", (cabi.scalar(index),))
         if status == NVML_SUCCESS:
             if not isinstance(value, ixmlDevice_t) or not value.value:
                 raise TypeError(f"nvmlDeviceGetHandleByIndex_v2: not a handle: {value!r}")
-            _target(device)[0] = value.value
+            cabi.target(device)[0] = value.value
         return status
 
     # -- per device ------------------------------------------------------------------------------
@@ -208,7 +195,7 @@ class FakeIxmlLib:
         args = self._per_device(device)
         if args is None or info is None:
             return NVML_ERROR_INVALID_ARGUMENT
-        target = _target(info)
+        target = cabi.target(info)
         if int(target[0].version) != ixml.nvmlMemory_v2:
             self.calls.append(name)
             return NVML_ERROR_ARGUMENT_VERSION_MISMATCH
@@ -235,7 +222,7 @@ class FakeIxmlLib:
 
     def nvmlDeviceGetTemperature(self, device: object, sensor: object, value: object) -> int:
         """``nvmlDeviceGetTemperature(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int *)``."""
-        args = self._per_device(device, _scalar(sensor))
+        args = self._per_device(device, cabi.scalar(sensor))
         if args is None:
             return NVML_ERROR_INVALID_ARGUMENT
         return self._scalar_out("nvmlDeviceGetTemperature", args, value, _U32)
@@ -265,8 +252,8 @@ class FakeIxmlLib:
         status, value = self._ask(name, args)
         if status != NVML_SUCCESS:
             return status
-        listed = _rows(name, value, ixml.c_nvmlProcessInfo_v1_t)
-        count_ref = _target(count)
+        listed = cabi.rows(name, value, ixml.c_nvmlProcessInfo_v1_t)
+        count_ref = cabi.target(count)
         if infos is None:
             count_ref[0] = len(listed)
             if not listed or self.null_probe_success:
@@ -275,14 +262,8 @@ class FakeIxmlLib:
         if int(count_ref[0]) < len(listed):
             count_ref[0] = len(listed)
             return NVML_ERROR_INSUFFICIENT_SIZE
-        target = _target(infos)
+        target = cabi.target(infos)
         for i, row in enumerate(listed):
             target[i] = row
         count_ref[0] = len(listed)
         return NVML_SUCCESS
-
-
-def _rows(name: str, value: object, row_type: type) -> Sequence[Any]:
-    if not isinstance(value, Sequence) or not all(isinstance(row, row_type) for row in value):
-        raise TypeError(f"{name}: answer must be a list of {row_type.__name__}, got {value!r}")
-    return value

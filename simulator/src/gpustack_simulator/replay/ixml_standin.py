@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import ctypes
 import types
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, Final
 
-from gpustack_simulator.recording import Raises, Recording, RowFilter
-from gpustack_simulator.replay.codec import HandleRef, encode_ctypes, fill_struct
+from gpustack_simulator.recording import Recording
+from gpustack_simulator.replay.binding_standin import (
+    BindingCodec,
+    ReplayAnswer,
+    binding_module,
+    replayer_behind,
+    struct_table,
+)
 from gpustack_simulator.replay.engine import Clock, Replayer
 from gpustack_simulator.replay.ixml_lib import FakeIxmlLib
 from gpustack_vendors.bindings import ixml
@@ -50,54 +56,25 @@ FUNCTIONS: Final = (
 )
 """The binding's methods, which are also the C symbols the fake library answers."""
 
-_STRUCTS: Final[Mapping[str, type[ctypes.Structure]]] = {
-    cls.__name__: cls
-    for cls in (
+
+class IxmlCodec(BindingCodec):
+    """IXML's values: NVML structs, ints, strings and ``ixmlDevice_t`` handles."""
+
+    library_id = LIBRARY_ID
+    init_functions = frozenset({"nvmlInit_v2"})
+    label = "IXML"
+    structs = struct_table(
         ixml.c_nvmlMemory_t,
         ixml.c_nvmlMemory_v2_t,
         ixml.c_nvmlUtilization_t,
         ixml.c_nvmlPciInfo_t,
         ixml.c_nvmlProcessInfo_v1_t,
     )
-}
-
-
-class IxmlCodec:
-    """IXML's values: NVML structs, ints, strings and ``ixmlDevice_t`` handles."""
-
-    library_id = LIBRARY_ID
-    init_functions = frozenset({"nvmlInit_v2"})
-    filters: Mapping[str, RowFilter] = {}
+    error_type = IXMLError
+    not_found_code = NVML_ERROR_FUNCTION_NOT_FOUND
 
     def __init__(self) -> None:
         self._keepalive: list[ctypes.Array[ctypes.c_char]] = []
-
-    def encode(self, value: object, handle_ref: HandleRef) -> Any:
-        """Structs with every field, handles by ref, sentinels kept raw."""
-        return encode_ctypes(value, handle_ref, self)
-
-    def build(self, type_name: str, fields: Mapping[str, Any]) -> object:
-        """Rebuild with the binding's own struct class."""
-        cls = _STRUCTS.get(type_name)
-        if cls is None:
-            raise KeyError(f"IXML binding has no struct {type_name!r}")
-        struct = cls()
-        fill_struct(struct, fields, self)
-        return struct
-
-    def error(self, raises: Raises) -> BaseException:
-        """``IXMLError(code)``: the fake library turns it back into the returned status."""
-        return IXMLError(raises.code)
-
-    def describe_error(self, exc: BaseException) -> Raises | None:
-        """Only ``IXMLError`` is the binding's; ``.value`` is the ``nvmlReturn_t``."""
-        if isinstance(exc, IXMLError):
-            return Raises(type=type(exc).__name__, code=int(exc.value))
-        return None
-
-    def missing(self, fn: str) -> BaseException:
-        """``FUNCTION_NOT_FOUND``: what the binding raises for a symbol the library lacks."""
-        return IXMLError(NVML_ERROR_FUNCTION_NOT_FOUND, fn)
 
     def is_handle(self, value: object) -> bool:
         """Device handles are ``ixmlDevice_t`` (an opaque pointer)."""
@@ -127,34 +104,17 @@ def build_binding(
 ) -> Ixml:
     """Our real IXML binding over a fake library whose answers come from ``recording``."""
     replayer = Replayer(recording, IxmlCodec(), clock=clock)
-    return Ixml(FakeIxmlLib(_Answer(replayer), null_probe_success=null_probe_success))
-
-
-class _Answer:
-    """``FakeIxmlLib``'s callback: one replayed call per C call."""
-
-    def __init__(self, replayer: Replayer) -> None:
-        self.replayer = replayer
-
-    def __call__(self, name: str, args: tuple[object, ...]) -> object:
-        return self.replayer.invoke(name, args, {})
+    return Ixml(FakeIxmlLib(ReplayAnswer(replayer), null_probe_success=null_probe_success))
 
 
 def replayer_of(binding: Ixml) -> Replayer:
     """The replayer behind a binding made by :func:`build_binding`."""
-    lib = binding.lib
-    if not isinstance(lib, FakeIxmlLib) or not isinstance(lib.answer, _Answer):
-        raise TypeError("not a replayed IXML binding")
-    return lib.answer.replayer
+    return replayer_behind(binding.lib, FakeIxmlLib, "IXML")
 
 
 def as_module(binding: Ixml) -> types.ModuleType:
     """The binding's methods as a module, the shape the recorder's proxy wraps."""
-    module = types.ModuleType("ixml", doc="IXML binding methods")
-    for name in FUNCTIONS:
-        setattr(module, name, getattr(binding, name))
-    module.__dict__.update(IXMLError=IXMLError)
-    return module
+    return binding_module(binding, "ixml", "IXML binding methods", FUNCTIONS, IXMLError)
 
 
 def replay_backend(recording: Recording, *, clock: Clock | None = None) -> IluvatarBackend:

@@ -21,9 +21,10 @@ growing between two reads.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from typing import Any, Literal
 
+from gpustack_simulator.replay import cabi
 from gpustack_vendors.bindings import mxsml
 from gpustack_vendors.bindings.mxsml import (
     MXSML_ERROR_INSUFFICIENT_SIZE,
@@ -38,20 +39,6 @@ Answer = Callable[[str, tuple[object, ...]], object]
 Truncation = Literal["silent", "insufficient"]
 
 _I32 = (-(1 << 31), (1 << 31) - 1)
-
-
-def _scalar(arg: object) -> int:
-    """A C scalar argument as an int, whether passed as a Python int or a ctypes value."""
-    value = getattr(arg, "value", arg)
-    if not isinstance(value, int):
-        raise TypeError(f"expected an integer argument, got {arg!r}")
-    return value
-
-
-def _target(pointer: object) -> Any:
-    """Something indexable that writes into the caller's memory (a ``byref`` made a pointer)."""
-    obj = getattr(pointer, "_obj", None)
-    return ctypes.pointer(obj) if obj is not None else pointer
 
 
 class FakeMxsmlLib:
@@ -94,7 +81,7 @@ class FakeMxsmlLib:
         if status == MXSML_SUCCESS:
             if not isinstance(value, int) or not _I32[0] <= value <= _I32[1]:
                 raise ValueError(f"{name}: {value!r} does not fit a C int")
-            _target(out)[0] = value
+            cabi.target(out)[0] = value
         return status
 
     def _text_out(self, name: str, args: tuple[object, ...], buffer: object, size: object) -> int:
@@ -106,7 +93,7 @@ class FakeMxsmlLib:
         if not isinstance(value, str):
             raise TypeError(f"{name}: answer must be a str, got {value!r}")
         encoded = value.encode()
-        size_ref = _target(size)
+        size_ref = cabi.target(size)
         if len(encoded) + 1 > int(size_ref[0]):
             size_ref[0] = len(encoded) + 1
             return MXSML_ERROR_INSUFFICIENT_SIZE
@@ -123,7 +110,7 @@ class FakeMxsmlLib:
         if status == MXSML_SUCCESS:
             if not isinstance(value, cls):
                 raise TypeError(f"{name}: answer must be a {cls.__name__}, got {value!r}")
-            _target(out)[0] = value
+            cabi.target(out)[0] = value
         return status
 
     # -- scalars, strings, structs -----------------------------------------------------------------
@@ -151,28 +138,30 @@ class FakeMxsmlLib:
     ) -> int:
         """``mxSmlGetDeviceVersion(unsigned dev, mxSmlVersionUnit_t, char *, unsigned *)``."""
         return self._text_out(
-            "mxSmlGetDeviceVersion", (_scalar(device), _scalar(unit)), buffer, size
+            "mxSmlGetDeviceVersion", (cabi.scalar(device), cabi.scalar(unit)), buffer, size
         )
 
     def mxSmlGetDeviceInfo(self, device: object, info: object) -> int:
         """``mxSmlGetDeviceInfo(unsigned deviceId, mxSmlDeviceInfo_t *)``."""
         return self._struct_out(
-            "mxSmlGetDeviceInfo", (_scalar(device),), info, mxsml.mxSmlDeviceInfo_t
+            "mxSmlGetDeviceInfo", (cabi.scalar(device),), info, mxsml.mxSmlDeviceInfo_t
         )
 
     def mxSmlGetMemoryInfo(self, device: object, info: object) -> int:
         """``mxSmlGetMemoryInfo(unsigned deviceId, mxSmlMemoryInfo_t *)``, KiB."""
         return self._struct_out(
-            "mxSmlGetMemoryInfo", (_scalar(device),), info, mxsml.mxSmlMemoryInfo_t
+            "mxSmlGetMemoryInfo", (cabi.scalar(device),), info, mxsml.mxSmlMemoryInfo_t
         )
 
     def mxSmlGetDeviceIpUsage(self, device: object, ip: object, usage: object) -> int:
         """``mxSmlGetDeviceIpUsage(unsigned deviceId, mxSmlUsageIp_t, int *usage)``."""
-        return self._int_out("mxSmlGetDeviceIpUsage", (_scalar(device), _scalar(ip)), usage)
+        return self._int_out("mxSmlGetDeviceIpUsage", (cabi.scalar(device), cabi.scalar(ip)), usage)
 
     def mxSmlGetTemperatureInfo(self, device: object, sensor: object, value: object) -> int:
         """``mxSmlGetTemperatureInfo(unsigned deviceId, mxSmlTemperatureSensors_t, int *)``."""
-        return self._int_out("mxSmlGetTemperatureInfo", (_scalar(device), _scalar(sensor)), value)
+        return self._int_out(
+            "mxSmlGetTemperatureInfo", (cabi.scalar(device), cabi.scalar(sensor)), value
+        )
 
     # -- lists -----------------------------------------------------------------------------------
 
@@ -181,15 +170,15 @@ class FakeMxsmlLib:
         name = "mxSmlGetBoardPowerInfo"
         if size is None or rails is None:
             return MXSML_ERROR_INVALID_INPUT
-        status, value = self._ask(name, (_scalar(device),))
+        status, value = self._ask(name, (cabi.scalar(device),))
         if status != MXSML_SUCCESS:
             return status
-        listed = _rows(name, value, mxsml.mxSmlBoardWayElectricInfo_t)
-        size_ref = _target(size)
+        listed = cabi.rows(name, value, mxsml.mxSmlBoardWayElectricInfo_t)
+        size_ref = cabi.target(size)
         if int(size_ref[0]) < len(listed):
             size_ref[0] = len(listed)
             return MXSML_ERROR_INSUFFICIENT_SIZE
-        target = _target(rails)
+        target = cabi.target(rails)
         for i, rail in enumerate(listed):
             target[i] = rail
         size_ref[0] = len(listed)
@@ -200,17 +189,17 @@ class FakeMxsmlLib:
         name = "mxSmlGetSingleGpuProcess_v3"
         if count is None or rows is None:
             return MXSML_ERROR_INVALID_INPUT
-        count_ref = _target(count)
+        count_ref = cabi.target(count)
         capacity = int(count_ref[0])
         self.capacities.append(capacity)
-        status, value = self._ask(name, (_scalar(device),))
+        status, value = self._ask(name, (cabi.scalar(device),))
         if status != MXSML_SUCCESS:
             return status
-        listed = _rows(name, value, mxsml.mxSmlProcessInfo_v3_t)
+        listed = cabi.rows(name, value, mxsml.mxSmlProcessInfo_v3_t)
         if capacity == 0:
             count_ref[0] = len(listed)  # the count, and no row: SUCCESS does not mean "complete"
             return MXSML_SUCCESS
-        target = _target(rows)
+        target = cabi.target(rows)
         for i, row in enumerate(listed[:capacity]):
             target[i] = row
         if len(listed) > capacity and self.truncation == "insufficient":
@@ -218,9 +207,3 @@ class FakeMxsmlLib:
             return MXSML_ERROR_INSUFFICIENT_SIZE
         count_ref[0] = min(len(listed), capacity)
         return MXSML_SUCCESS
-
-
-def _rows(name: str, value: object, row_type: type) -> Sequence[Any]:
-    if not isinstance(value, Sequence) or not all(isinstance(row, row_type) for row in value):
-        raise TypeError(f"{name}: answer must be a list of {row_type.__name__}, got {value!r}")
-    return value

@@ -11,10 +11,10 @@ only the values a backend saw, not C-level traffic.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from gpustack_simulator.replay import cabi
 from gpustack_vendors.bindings.rocm_smi import (
     RSMI_STATUS_INSUFFICIENT_SIZE,
     RSMI_STATUS_INVALID_ARGS,
@@ -28,24 +28,6 @@ Answer = Callable[[str, tuple[object, ...]], object]
 
 _U32_MAX = 0xFFFFFFFF
 _U64_MAX = 0xFFFFFFFFFFFFFFFF
-
-
-def _scalar(arg: object) -> int:
-    """A C scalar argument as an int, whether passed as a Python int or a ctypes value."""
-    value = getattr(arg, "value", arg)
-    if not isinstance(value, int):
-        raise TypeError(f"expected an integer argument, got {arg!r}")
-    return value
-
-
-def _target(pointer: object) -> Any:
-    """Something indexable that writes into the caller's memory.
-
-    The binding passes ``ctypes.pointer``s and arrays, both writable by index; ``ctypes.byref``
-    gives a ``CArgObject`` that is not, so it is turned back into a pointer to its object.
-    """
-    obj = getattr(pointer, "_obj", None)
-    return ctypes.pointer(obj) if obj is not None else pointer
 
 
 def _checked(value: object, limit: int, what: str) -> int:
@@ -88,7 +70,7 @@ class FakeRocmSmiLib:
 
     def rsmi_init(self, init_flags: object) -> int:
         """``rsmi_init(uint64_t init_flags)``."""
-        status, _ = self._ask("rsmi_init", (_scalar(init_flags),))
+        status, _ = self._ask("rsmi_init", (cabi.scalar(init_flags),))
         return status
 
     def rsmi_shut_down(self) -> int:
@@ -102,16 +84,16 @@ class FakeRocmSmiLib:
             return RSMI_STATUS_INVALID_ARGS
         status, value = self._ask("rsmi_num_monitor_devices", ())
         if status == RSMI_STATUS_SUCCESS:
-            _target(num_devices)[0] = _checked(value, _U32_MAX, "rsmi_num_monitor_devices")
+            cabi.target(num_devices)[0] = _checked(value, _U32_MAX, "rsmi_num_monitor_devices")
         return status
 
     def rsmi_dev_pci_id_get(self, dv_ind: object, bdfid: object) -> int:
         """``rsmi_dev_pci_id_get(uint32_t dv_ind, uint64_t *bdfid)``."""
         if bdfid is None:
             return RSMI_STATUS_INVALID_ARGS
-        status, value = self._ask("rsmi_dev_pci_id_get", (_scalar(dv_ind),))
+        status, value = self._ask("rsmi_dev_pci_id_get", (cabi.scalar(dv_ind),))
         if status == RSMI_STATUS_SUCCESS:
-            _target(bdfid)[0] = _checked(value, _U64_MAX, "rsmi_dev_pci_id_get")
+            cabi.target(bdfid)[0] = _checked(value, _U64_MAX, "rsmi_dev_pci_id_get")
         return status
 
     def rsmi_compute_process_info_by_device_get(
@@ -121,11 +103,11 @@ class FakeRocmSmiLib:
         if proc is None:
             return RSMI_STATUS_INVALID_ARGS
         name = "rsmi_compute_process_info_by_device_get"
-        status, value = self._ask(name, (_scalar(pid), _scalar(dv_ind)))
+        status, value = self._ask(name, (cabi.scalar(pid), cabi.scalar(dv_ind)))
         if status == RSMI_STATUS_SUCCESS:
             if not isinstance(value, rsmi_process_info_t):
                 raise TypeError(f"{name}: answer must be an rsmi_process_info_t, got {value!r}")
-            _target(proc)[0] = value
+            cabi.target(proc)[0] = value
         return status
 
     # -- lists -----------------------------------------------------------------------------------
@@ -138,7 +120,7 @@ class FakeRocmSmiLib:
         status, value = self._ask(name, ())
         if status != RSMI_STATUS_SUCCESS:
             return status
-        rows = _rows(name, value, rsmi_process_info_t)
+        rows = cabi.rows(name, value, rsmi_process_info_t)
         return _fill(rows, procs, num_items)
 
     def rsmi_compute_process_gpus_get(
@@ -148,17 +130,11 @@ class FakeRocmSmiLib:
         name = "rsmi_compute_process_gpus_get"
         if num_devices is None:
             return RSMI_STATUS_INVALID_ARGS
-        status, value = self._ask(name, (_scalar(pid),))
+        status, value = self._ask(name, (cabi.scalar(pid),))
         if status != RSMI_STATUS_SUCCESS:
             return status
-        rows = [_checked(index, _U32_MAX, name) for index in _rows(name, value, int)]
+        rows = [_checked(index, _U32_MAX, name) for index in cabi.rows(name, value, int)]
         return _fill(rows, dv_indices, num_devices)
-
-
-def _rows(name: str, value: object, row_type: type) -> Sequence[Any]:
-    if not isinstance(value, Sequence) or not all(isinstance(row, row_type) for row in value):
-        raise TypeError(f"{name}: answer must be a list of {row_type.__name__}, got {value!r}")
-    return value
 
 
 def _fill(rows: Sequence[Any], buffer: object, count: object) -> int:
@@ -168,12 +144,12 @@ def _fill(rows: Sequence[Any], buffer: object, count: object) -> int:
     ``*count``; if the list is longer, leave ``*count`` at the capacity (the rows written) and
     return ``INSUFFICIENT_SIZE``; if not, set ``*count`` to the rows written.
     """
-    count_ref = _target(count)
+    count_ref = cabi.target(count)
     if buffer is None:
         count_ref[0] = len(rows)
         return RSMI_STATUS_SUCCESS
     capacity = int(count_ref[0])
-    target = _target(buffer)
+    target = cabi.target(buffer)
     for i, row in enumerate(rows[:capacity]):
         target[i] = row
     if capacity < len(rows):
