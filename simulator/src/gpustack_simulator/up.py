@@ -16,6 +16,7 @@ anything starts, so the stand-in's aggregator can verify it (the ``APIService``'
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -41,6 +42,8 @@ from gpustack_simulator.scenario import (
     find_scenario,
     load_scenario,
 )
+
+log = logging.getLogger("gpustack.simulator.up")
 
 START_TIMEOUT = 150.0
 """Generous: six to ten Python processes start at once, and a 2-core CI runner is slow."""
@@ -103,6 +106,8 @@ class _Started:
     name: str
     process: subprocess.Popen[bytes]
     log: Path
+    command: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def free_port(hosts: Sequence[str]) -> int:
@@ -135,10 +140,28 @@ def _spawn(
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            # A native crash (a vendor library, a ctypes fake) leaves its Python stack in the log.
+            env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})},
             start_new_session=True,  # its own process group: down signals it whole
         )
-    return _Started(name, process, log)
+    return _Started(name, process, log, command, dict(env or {}))
+
+
+def _restart_if_crashed(started: _Started, logs: Path) -> _Started | None:
+    """Start a Device Manager that a signal killed while starting once more.
+
+    The kubelet restarts a crashed container the same way; the crashed attempt's log (with the
+    fault handler's Python stack) is kept beside the new one.
+    """
+    code = started.process.poll()
+    if code is None or code >= 0:
+        return None
+    crashed = started.log.with_name(f"{started.name}.crashed.log")
+    started.log.replace(crashed)
+    log.warning(
+        "%s died of signal %d while starting (log: %s); restarting it", started.name, -code, crashed
+    )
+    return _spawn(started.name, started.command, logs, started.env)
 
 
 def _tail(log: Path, lines: int = 25) -> str:
@@ -165,6 +188,40 @@ def _wait(started: _Started, check: Any, deadline: float, what: str, interval: f
         if time.monotonic() > deadline:
             raise _failed(started, f"did not become ready ({what}) in time")
         time.sleep(interval)
+
+
+def _settle_device_managers(
+    started: list[_Started],
+    managers: list[DeviceManagerEndpoint],
+    logs: Path,
+    deadline: float,
+) -> None:
+    """Wait for every Device Manager (``started[1:]``, in ``managers``' order) to settle."""
+    for index, endpoint in enumerate(managers, start=1):
+        try:
+            _wait_settled(started[index], endpoint, deadline)
+        except UpError:
+            restarted = _restart_if_crashed(started[index], logs)
+            if restarted is None:
+                raise
+            started[index] = restarted
+            _wait_settled(restarted, endpoint, deadline)
+
+
+def _wait_settled(process: _Started, endpoint: DeviceManagerEndpoint, deadline: float) -> None:
+    """Wait until ready and serving a sample with the node's Pods known.
+
+    Ready alone means any first sample; one with the slice section present is what a user
+    should be shown.
+    """
+    base = endpoint.metrics.removesuffix("/metrics")
+    _wait(process, lambda: _ok(f"{base}/readyz"), deadline, "/readyz answered 200")
+    _wait(
+        process,
+        lambda: _has_slices(endpoint.snapshot),
+        deadline,
+        "a sample with the node's Pods known",
+    )
 
 
 def _ok(url: str, *, verify: Any = False, headers: dict[str, str] | None = None) -> bool:
@@ -379,17 +436,7 @@ def up(
         )
         started.append(worker)
 
-        for process, endpoint in zip(started[1:-1], managers, strict=True):
-            base = endpoint.metrics.removesuffix("/metrics")
-            _wait(process, lambda b=base: _ok(f"{b}/readyz"), deadline, "/readyz answered 200")
-            # Ready means a first sample; the first one with the node's Pods known (its slice
-            # section present) is what a user should be shown.
-            _wait(
-                process,
-                lambda e=endpoint: _has_slices(e.snapshot),
-                deadline,
-                "a sample with the node's Pods known",
-            )
+        _settle_device_managers(started, managers, logs, deadline)
         _wait(worker, lambda: _ok(f"{worker_url}/readyz", verify=False), deadline, "/readyz")
         token = next(u.token for u in expanded.users if u.name == "admin")
         _wait(
