@@ -12,7 +12,7 @@ the versioned process-utilization call, an exported stub.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
@@ -20,42 +20,14 @@ from gpustack_simulator.recorder import RecordingProxy, exercise
 from gpustack_simulator.recording import Binding, Library
 from gpustack_simulator.replay.hgml_lib import FakeHgmlLib
 from gpustack_simulator.replay.hgml_standin import LIBRARY_ID, HgmlCodec, as_module
-from gpustack_simulator.synth.timeline import NodeSpec, Steps, VirtualClock, const
+from gpustack_simulator.synth.nvml import Mig, Proc
+from gpustack_simulator.synth.timeline import NodeSpec, Steps, VirtualClock
 from gpustack_vendors.bindings import hgml as h
 from gpustack_vendors.bindings.hgml import Hgml, HGMLError
 from gpustack_vendors.thead import TheadBackend
 
-MIB = 1 << 20
-NO_INSTANCE = 0xFFFFFFFF
-"""gpuInstanceId/computeInstanceId of a process on a card without MIG."""
 EPOCH_US = 1_764_403_200_000_000
 """Sample timestamps are µs; replay time 0 is this instant."""
-
-
-@dataclass(frozen=True)
-class PpuProc:
-    """A compute process: memory in bytes and SM %.
-
-    Memory ``None`` is HGML's not-available sentinel; SM ``None`` at some time means no sample
-    then (holding memory, running nothing).
-    """
-
-    pid: int
-    memory: Steps[int | None]
-    sm: Steps[int | None] = field(default_factory=lambda: const(None))
-    gpu_instance: int = NO_INSTANCE
-    compute_instance: int = NO_INSTANCE
-
-
-@dataclass(frozen=True)
-class PpuMig:
-    """A populated MIG slot, with what its own handle answers."""
-
-    slot: int
-    uuid: str
-    profile: str
-    total_bytes: int
-    used_bytes: Steps[int] = field(default_factory=lambda: const(0))
 
 
 @dataclass(frozen=True)
@@ -71,8 +43,8 @@ class PpuCard:
     temperature: Steps[int]
     power_mw: Steps[int]
     cores: int
-    procs: tuple[PpuProc, ...] = ()
-    mig: tuple[PpuMig, ...] | None = ()
+    procs: tuple[Proc, ...] = ()
+    mig: tuple[Mig, ...] | None = ()
     """``None``: MIG not supported; ``()``: supported but disabled; else enabled with slots."""
     max_mig_slots: int = 7
 
@@ -113,12 +85,12 @@ class _Functions:
         self.node = node
         self.clock = clock
         self._structs: list[Any] = []
-        self._by_address: dict[int, tuple[PpuCard, PpuMig | None]] = {}
+        self._by_address: dict[int, tuple[PpuCard, Mig | None]] = {}
         self._by_key: dict[tuple[str, int | None], Any] = {}
 
     # handles -------------------------------------------------------------------------------
 
-    def _handle(self, card: PpuCard, mig: PpuMig | None) -> Any:
+    def _handle(self, card: PpuCard, mig: Mig | None) -> Any:
         key = (card.uuid, None if mig is None else mig.slot)
         if key not in self._by_key:
             target = h.struct_c_hgmlDevice_t()
@@ -127,7 +99,7 @@ class _Functions:
             self._by_key[key] = ctypes.pointer(target)
         return self._by_key[key]
 
-    def _resolve(self, handle: object) -> tuple[PpuCard, PpuMig | None]:
+    def _resolve(self, handle: object) -> tuple[PpuCard, Mig | None]:
         if not isinstance(handle, h.c_hgmlDevice_t) or not handle:
             raise HGMLError(h.HGML_ERROR_INVALID_ARGUMENT)
         address = ctypes.cast(handle, ctypes.c_void_p).value

@@ -10,7 +10,8 @@ sizes are synthesized by analogy with NVML's naming; no PPU MIG capture exists t
 
 from __future__ import annotations
 
-from gpustack_simulator.synth.hgml import PpuCard, PpuMig, PpuNode, PpuProc, record
+from gpustack_simulator.synth.hgml import PpuCard, PpuNode, record
+from gpustack_simulator.synth.nvml import Mig, Proc
 from gpustack_simulator.synth.timeline import NodeSpec, Steps, const
 
 MIB = 1 << 20
@@ -57,7 +58,7 @@ def _mw(watts: float) -> int:
     return round(watts * 1000)
 
 
-def _used(*procs: PpuProc, t: float) -> int:
+def _used(*procs: Proc, t: float) -> int:
     return IDLE_MIB * MIB + sum(proc.memory.at(t) or 0 for proc in procs)
 
 
@@ -73,32 +74,32 @@ def ppu_card(index: int) -> PpuCard:
     util: Steps[int] = const(0)
     temp: Steps[int] = const(temperature)
     power = const(_mw(idle_w))
-    procs: tuple[PpuProc, ...] = ()
-    mig: tuple[PpuMig, ...] = ()
+    procs: tuple[Proc, ...] = ()
+    mig: tuple[Mig, ...] = ()
     if index == 0:
-        procs = (PpuProc(4242, const(40_960 * MIB), Steps(((0.0, None), (WARM_UP, 71)))),)
+        procs = (Proc(4242, const(40_960 * MIB), Steps(((0.0, None), (WARM_UP, 71)))),)
         util = Steps(((0.0, 0), (WARM_UP, 71)))
         temp = Steps(((0.0, temperature), (WARM_UP, 57)))
         power = Steps(((0.0, _mw(idle_w)), (WARM_UP, _mw(302.5))))
     elif index == 1:
         procs = (
-            PpuProc(5150, const(30_720 * MIB), const(33)),
-            PpuProc(5151, const(12_288 * MIB), Steps(((0.0, None), (WARM_UP, 18)))),
+            Proc(5150, const(30_720 * MIB), const(33)),
+            Proc(5151, const(12_288 * MIB), Steps(((0.0, None), (WARM_UP, 18)))),
         )
         util = Steps(((0.0, 33), (WARM_UP, 51)))
         power = Steps(((0.0, _mw(188.0)), (WARM_UP, _mw(241.5))))
         temp = const(46)
     elif index == 2:
         procs = (
-            PpuProc(5250, const(None), const(12)),
-            PpuProc(5251, const(8_192 * MIB)),
+            Proc(5250, const(None), const(12)),
+            Proc(5251, const(8_192 * MIB)),
         )
         util, power, temp = const(12), const(_mw(96.5)), const(38)
     else:
-        procs = (PpuProc(6001, Steps(MIG_2G_USED.points), gpu_instance=0, compute_instance=0),)
+        procs = (Proc(6001, Steps(MIG_2G_USED.points), gpu_instance=0, compute_instance=0),)
         mig = (
-            PpuMig(0, MIG_2G, "2g.48gb", MIG_2G_BYTES, MIG_2G_USED),
-            PpuMig(1, MIG_1G, "1g.24gb", MIG_1G_BYTES),
+            Mig(0, MIG_2G, "2g.48gb", MIG_2G_BYTES, MIG_2G_USED),
+            Mig(1, MIG_1G, "1g.24gb", MIG_1G_BYTES),
         )
         power = Steps(((0.0, _mw(idle_w)), (WARM_UP, _mw(214.0))))
     used = Steps(tuple((t, _used(*procs, t=t)) for t in (0.0, WARM_UP)))
