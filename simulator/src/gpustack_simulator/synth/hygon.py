@@ -19,7 +19,7 @@ import ctypes
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpustack_simulator.synth.amdsmi import bdfid
+from gpustack_simulator.synth.amdsmi import AmdProc, bdfid
 from gpustack_simulator.synth.timeline import Steps, VirtualClock, const
 from gpustack_vendors.bindings.hydmi import (
     DMI_DEVICE_MIG_DISABLE,
@@ -45,17 +45,6 @@ from gpustack_vendors.bindings.rocm_smi import (
 )
 
 MIB = 1 << 20
-
-
-@dataclass(frozen=True)
-class HygonProc:
-    """A compute process on one card, as ROCm SMI's by-device call reports it."""
-
-    pid: int
-    vram_bytes: Steps[int]
-    cu_percent: Steps[int] = field(default_factory=lambda: const(0))
-    """Percent of the card's CUs with the process's waves in flight, or CU_OCCUPANCY_INVALID."""
-    sdma_us: int = 0
 
 
 @dataclass(frozen=True)
@@ -98,7 +87,7 @@ class HygonCard:
     busy: Steps[int]
     edge_millicelsius: Steps[int]
     power_microwatts: Steps[int]
-    procs: tuple[HygonProc, ...] = ()
+    procs: tuple[AmdProc, ...] = ()
     migs: tuple[HygonMig, ...] = ()
 
 
@@ -202,7 +191,7 @@ class RocmAnswers:
         return _info(pid, vram, sdma, CU_OCCUPANCY_INVALID if invalid else mean)
 
 
-def _proc(card: HygonCard, pid: object) -> HygonProc | None:
+def _proc(card: HygonCard, pid: object) -> AmdProc | None:
     return next((proc for proc in card.procs if proc.pid == pid), None)
 
 

@@ -26,13 +26,13 @@ from gpustack_simulator.replay.hygon_standin import (
     rocm_smi_module,
 )
 from gpustack_simulator.replay.rocm_smi_standin import RocmSmiCodec
+from gpustack_simulator.synth.amdsmi import AmdProc
 from gpustack_simulator.synth.hygon import (
     MIB,
     HydmiAnswers,
     HygonCard,
     HygonMig,
     HygonNode,
-    HygonProc,
     HygonProfile,
     RocmAnswers,
 )
@@ -127,10 +127,8 @@ def bw_sliced_card() -> HygonCard:
         edge_millicelsius=Steps(((0.0, 41_000), (WARM_UP, 58_000))),
         power_microwatts=Steps(((0.0, _mw(93)), (WARM_UP, _mw(223)))),
         procs=(
-            HygonProc(
-                SLICE_PID, const(SLICE_MIB * MIB), Steps(((0.0, 0), (WARM_UP, SLICE_CU))), 640
-            ),
-            HygonProc(NEIGHBOUR_PID, const(NEIGHBOUR_MIB * MIB)),
+            AmdProc(SLICE_PID, const(SLICE_MIB * MIB), Steps(((0.0, 0), (WARM_UP, SLICE_CU))), 640),
+            AmdProc(NEIGHBOUR_PID, const(NEIGHBOUR_MIB * MIB)),
         ),
     )
 
@@ -175,13 +173,13 @@ def bw_mig_cards() -> tuple[HygonCard, HygonCard]:
         edge_millicelsius=Steps(((0.0, 42_000), (WARM_UP, 51_000))),
         power_microwatts=Steps(((0.0, _mw(93)), (WARM_UP, _mw(171)))),
         procs=(
-            HygonProc(
+            AmdProc(
                 BUSY_PID,
                 const(BUSY_MIB * MIB),
                 Steps(((0.0, 0), (WARM_UP, PARTITION_UTIL * 20 // 80))),
                 520,
             ),
-            HygonProc(IDLE_PID, const(IDLE_MIB * MIB)),
+            AmdProc(IDLE_PID, const(IDLE_MIB * MIB)),
         ),
         migs=(busy, idle, *empty),
     )
@@ -218,8 +216,8 @@ def k100_cards() -> tuple[HygonCard, HygonCard]:
         edge_millicelsius=const(60_000),
         power_microwatts=const(_mw(104)),
         procs=(
-            HygonProc(K100_PIDS[0], const(6144 * MIB), const(CU_OCCUPANCY_INVALID), 410),
-            HygonProc(K100_PIDS[1], const(1024 * MIB), const(CU_OCCUPANCY_INVALID)),
+            AmdProc(K100_PIDS[0], const(6144 * MIB), const(CU_OCCUPANCY_INVALID), 410),
+            AmdProc(K100_PIDS[1], const(1024 * MIB), const(CU_OCCUPANCY_INVALID)),
         ),
     )
     card1 = HygonCard(
