@@ -30,6 +30,7 @@ from gpustack_kube.certs import CERT_FILE, KEY_FILE, CertReloader, self_signed
 from gpustack_kube.client import KubeClient
 from gpustack_kube.config import KubeConfig, load_config
 from gpustack_kube.informer import Informer
+from gpustack_kube.paths import PODS
 from gpustack_vendors.protocol import Backend
 
 log = logging.getLogger("gpustack.devicemanager")
@@ -118,7 +119,7 @@ async def serve(
         else:
             client = KubeClient(kube)
             informer = Informer(
-                client, "/api/v1/pods", field_selector=f"spec.nodeName={options.node_name}"
+                client, PODS.path(), field_selector=f"spec.nodeName={options.node_name}"
             )
             nursery.start_soon(informer.run)
 

@@ -25,6 +25,7 @@ from gpustack_core.usage import DeclaredTotals
 from gpustack_devicemanager.exposition import ExpositionHolder, Family, Rendered, render
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_kube.client import KubeClient, KubeError
+from gpustack_kube.paths import node_summary_path
 
 log = logging.getLogger("gpustack.devicemanager.exporter")
 
@@ -276,7 +277,7 @@ async def read_inputs(source: ExporterSource, now: datetime) -> RoundInputs:
         started = time.monotonic()
         try:
             body = await source.client.get_bytes(
-                f"/api/v1/nodes/{source.node}/proxy/stats/summary", limit=SUMMARY_LIMIT
+                node_summary_path(source.node), limit=SUMMARY_LIMIT
             )
             summary = parse_summary(body)
         except (KubeError, ContractError) as exc:

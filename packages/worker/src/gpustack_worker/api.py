@@ -23,10 +23,11 @@ from quart_trio import QuartTrio
 
 from gpustack_core.status import StatusError, no_route
 from gpustack_kube.client import ApiError, KubeError
+from gpustack_kube.paths import INSTANCES
 from gpustack_worker import discovery, openapi
 from gpustack_worker.authn import Authenticator, Unauthenticated, UserInfo
 from gpustack_worker.authz import Attributes, AuthorizationError, Authorizer, forbidden_message
-from gpustack_worker.subresource import INSTANCES, Sources, Unavailable, instance_metrics
+from gpustack_worker.subresource import Sources, Unavailable, instance_metrics
 from gpustack_worker.tls import presented_chain
 
 log = logging.getLogger("gpustack.worker.api")
@@ -193,10 +194,7 @@ class _Routes:
                 name=name or "",
             ),
         )
-        path = INSTANCES
-        if namespace is not None:
-            path += f"/namespaces/{namespace}"
-        path += "/instances" + (f"/{name}" if name is not None else "")
+        path = INSTANCES.path(namespace, name)
         params = {k: request.args[k] for k in LIST_PARAMS if k in request.args and name is None}
         try:
             stored = await self.surface.sources.client.get(path, params)

@@ -19,9 +19,10 @@ from typing import Any
 import trio
 
 from gpustack_kube.client import KubeError
+from gpustack_kube.paths import SUBJECT_ACCESS_REVIEWS
 from gpustack_worker.authn import UserInfo
 
-REVIEW_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+REVIEW_PATH = SUBJECT_ACCESS_REVIEWS.path()
 DEFAULT_TTL = 10.0
 REVIEW_TIMEOUT = 10.0
 MAX_ENTRIES = 4096

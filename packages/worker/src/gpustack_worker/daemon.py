@@ -24,6 +24,7 @@ from gpustack_core.kubelet import Summary, parse_summary
 from gpustack_kube.certs import CA_FILE, CERT_FILE, KEY_FILE, CertReloader, self_signed
 from gpustack_kube.client import KubeClient, KubeError
 from gpustack_kube.config import KubeConfig, KubeConfigError, load_config
+from gpustack_kube.paths import CONFIGMAPS, TOKEN_REVIEWS, node_summary_path
 from gpustack_worker.api import Surface, build_app
 from gpustack_worker.authn import (
     AuthenticationSettings,
@@ -41,7 +42,7 @@ from gpustack_worker.tls import ContextHolder, bind, serve_tls, server_context
 
 log = logging.getLogger("gpustack.worker")
 
-AUTH_CONFIGMAP = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
+AUTH_CONFIGMAP = CONFIGMAPS.path("kube-system", "extension-apiserver-authentication")
 SETTINGS_REFRESH = 60.0
 SUMMARY_LIMIT = 32 << 20
 """A node's summary is read this far at most (10k Pods ≈ 25 MB)."""
@@ -169,7 +170,7 @@ def token_reviewer(client: KubeClient) -> TokenReviewer:
         if hit is not None and now - hit[0] < TOKEN_CACHE_SECONDS:
             return hit[1]
         answer = await client.post(
-            "/apis/authentication.k8s.io/v1/tokenreviews",
+            TOKEN_REVIEWS.path(),
             {
                 "apiVersion": "authentication.k8s.io/v1",
                 "kind": "TokenReview",
@@ -265,9 +266,7 @@ async def serve(
             authenticator = Authenticator(new, token_reviewer(client))
 
         async def read_summary(node: str) -> Summary:
-            body = await client.get_bytes(
-                f"/api/v1/nodes/{node}/proxy/stats/summary", limit=SUMMARY_LIMIT
-            )
+            body = await client.get_bytes(node_summary_path(node), limit=SUMMARY_LIMIT)
             return parse_summary(body)
 
         try:

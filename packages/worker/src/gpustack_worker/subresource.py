@@ -35,13 +35,13 @@ from gpustack_core.sample import instance_sample, pod_grants, pod_started, total
 from gpustack_core.snapshot import MAX_SNAPSHOT_BYTES, MonitorSnapshot, parse_snapshot
 from gpustack_core.usage import PodUsage
 from gpustack_kube.client import ApiError, KubeClient, KubeError
+from gpustack_kube.paths import INSTANCES, POD_METRICS, PODS
 from gpustack_worker.summaries import SummaryCache
 
 log = logging.getLogger("instance-metrics")
 
 OPERATION_TIMEOUT = 10.0
 DEVICE_MANAGER_PORT = 32443
-INSTANCES = "/apis/worker.gpustack.ai/v1alpha1"
 
 
 class Unavailable(Exception):  # noqa: N818 — it is the HTTP status it becomes
@@ -72,7 +72,7 @@ async def instance_metrics(
 async def _instance_metrics(
     sources: Sources, namespace: str, name: str, now: datetime
 ) -> InstanceMetrics:
-    instance = await sources.client.get(f"{INSTANCES}/namespaces/{namespace}/instances/{name}")
+    instance = await sources.client.get(INSTANCES.path(namespace, name))
     uid = str(instance.get("metadata", {}).get("uid", ""))
     resources: Mapping[str, Any] = instance.get("spec", {}).get("resources") or {}
     fallback = totals_from_resources(resources, what=f"Instance {namespace}/{name}")
@@ -91,7 +91,7 @@ async def _instance_metrics(
 async def _backing_pod(client: KubeClient, namespace: str, name: str, uid: str) -> Pod | None:
     """Same name and namespace, scheduled, and labelled with *this* Instance's UID."""
     try:
-        raw = await client.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        raw = await client.get(PODS.path(namespace, name))
     except ApiError as exc:
         if exc.status == 404:
             return None
@@ -114,9 +114,7 @@ async def _usage(sources: Sources, pod: Pod) -> PodUsage:
     if usage is not None:
         return usage
     try:
-        raw = await sources.client.get(
-            f"/apis/metrics.k8s.io/v1beta1/namespaces/{meta.namespace}/pods/{meta.name}"
-        )
+        raw = await sources.client.get(POD_METRICS.path(meta.namespace, meta.name))
         metrics = usage_from_pod_metrics(
             pod_metrics_from_object(raw), pod_created=meta.creation_timestamp
         )
@@ -140,7 +138,7 @@ async def _snapshots(sources: Sources, pod: Pod) -> dict[str, MonitorSnapshot]:
         return {}
     try:
         listed = await sources.client.get(
-            f"/api/v1/namespaces/{sources.system_namespace}/pods",
+            PODS.path(sources.system_namespace),
             {
                 "labelSelector": "app.kubernetes.io/component=device-manager",
                 "fieldSelector": f"spec.nodeName={pod.spec.node_name}",
