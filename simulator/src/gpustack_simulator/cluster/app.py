@@ -31,6 +31,7 @@ from gpustack_simulator.cluster.state import (
     NODE,
     POD,
     SYSTEM_NAMESPACE,
+    ClockRangeError,
     ClusterState,
 )
 from gpustack_simulator.cluster.store import TooOld, matches
@@ -501,14 +502,10 @@ class Routes:
         self._method("POST")
         self._master(caller)
         body = await self._control_body(ClockAdvance, "clock request")
-        seconds = body.advance_seconds
-        if not math.isfinite(seconds) or seconds < 0:
-            raise StatusError(
-                400,
-                f"advanceSeconds must be a finite number of seconds >= 0, not {seconds}: "
-                "scenario time only moves forward",
-            )
-        self.state.clock.advance(seconds)
+        try:
+            self.state.clock.advance(body.advance_seconds)
+        except ClockRangeError as exc:
+            raise StatusError(400, str(exc)) from exc
         return _json({"now": self.state.clock()})
 
     async def control_faults(self, caller: Caller) -> Response:
@@ -556,7 +553,10 @@ class Routes:
         url = self.state.worker_url
         if url is None:
             raise StatusError(503, "the server is currently unable to handle the request")
-        target = url.rstrip("/") + f"/apis/{WORKER_GROUP}/v1{rest}"
+        # The path as the client sent it, still escaped: forwarding the decoded one would turn
+        # an escaped ``#`` or ``?`` in a name into a fragment or a query on the worker's side.
+        raw_path = request.scope.get("raw_path") or request.path.encode()
+        target = url.rstrip("/") + raw_path.decode("ascii", "replace")
         if request.query_string:
             target += "?" + request.query_string.decode()
         headers = [("X-Remote-User", caller.name)]

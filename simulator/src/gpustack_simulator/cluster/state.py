@@ -28,6 +28,16 @@ class Clock(Protocol):
         ...
 
 
+MAX_SCENARIO_SECONDS = 10 * 366 * 86400.0
+"""How far scenario time may run: ten years. Every timestamp the stand-in serves is the
+scenario's start plus scenario time, and a clock pushed past what a date can hold would make
+every later kubelet read fail; a decade covers any series a scenario can hold."""
+
+
+class ClockRangeError(ValueError):
+    """An advance that would leave the range scenario time is defined on."""
+
+
 @dataclass
 class ScenarioClock:
     """Seconds since the stand-in started, plus whatever a test advanced it by."""
@@ -44,7 +54,21 @@ class ScenarioClock:
         return self.source() - self.started + self.offset
 
     def advance(self, seconds: float) -> None:
-        """Jump scenario time forward (load rising, a fault window opening)."""
+        """Jump scenario time forward (load rising, a fault window opening).
+
+        Refused, leaving the clock as it was, for a non-finite or negative step and for one
+        that would carry scenario time past :data:`MAX_SCENARIO_SECONDS`.
+        """
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ClockRangeError(
+                f"advanceSeconds must be a finite number of seconds >= 0, not {seconds}: "
+                "scenario time only moves forward"
+            )
+        if self() + seconds > MAX_SCENARIO_SECONDS:
+            raise ClockRangeError(
+                f"advanceSeconds {seconds:g} would carry scenario time past "
+                f"{MAX_SCENARIO_SECONDS:g} s (ten years), the range its timestamps are defined on"
+            )
         self.offset += seconds
 
 
