@@ -27,6 +27,7 @@ import yaml
 
 from gpustack_core.decoding import ContractError, convert
 from gpustack_core.wire import Wire
+from gpustack_simulator.yamlsafe import load_bounded
 
 SCHEMA = "accel-recording/v1"
 
@@ -223,6 +224,12 @@ def _check_call(call: Call, path: str, library: Library, base: str) -> list[str]
         for ref in _walk_handles([call.args, call.kwargs])
         if ref not in library.handles
     )
+    answers_given = [call.ret, *(step.ret for step in call.series)]
+    problems.extend(
+        f"{path}.ret: handle {ref!r} is not in {base}.handles"
+        for ref in _walk_handles([a for a in answers_given if a is not msgspec.UNSET])
+        if ref not in library.handles
+    )
     return problems
 
 
@@ -247,10 +254,7 @@ def call_key(call: Call) -> str:
 
 def parse_recording(data: str | bytes, *, source: str) -> Recording:
     """Parse and check a recording; the error names the source, the path and the field."""
-    try:
-        document = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        raise ContractError(f"{source}: not valid YAML ({exc})") from exc
+    document = load_bounded(data, source=source)
     recording = convert(document, Recording, what=source)
     problems = check(recording)
     if problems:

@@ -431,6 +431,8 @@ def up(
                 "127.0.0.1",
                 "--cert-dir",
                 str(worker_tls),
+                "--device-manager-monitor-period",
+                monitor_period,
             ),
             logs,
         )

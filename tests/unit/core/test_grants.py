@@ -406,10 +406,15 @@ def test_sliced_entry_properties(
         caps={("main", "nvidia"): cap},
     )
     assert entry.memory_total_mib == max(units * card_mib // UNITS_PER_ACCELERATOR, 1)
-    assert entry.memory_used_mib == used  # the slice's own figure, never clamped to the total
     expected = measured_cores if cap in (0, 100) else -(-measured_cores * 100 // cap)
     assert entry.cores_utilization_percent == expected
-    assert entry.memory_utilization_percent == -(-used * 100 // entry.memory_total_mib)
+    if used <= card_mib:
+        # the slice's own figure, never clamped to its quota
+        assert entry.memory_used_mib == used
+        assert entry.memory_utilization_percent == -(-used * 100 // entry.memory_total_mib)
+    else:  # more than the whole card holds: no measurement at all
+        assert entry.memory_used_mib is None
+        assert entry.memory_utilization_percent is None
 
 
 @given(

@@ -77,7 +77,7 @@ def test_measured_idle_is_zero_not_absent() -> None:
 
 @pytest.mark.parametrize(
     ("nanocores", "millicores"),
-    [(1, 1), (1_000_000, 1), (1_000_001, 2), (UINT64_MAX, 18446744073710)],
+    [(1, 1), (1_000_000, 1), (1_000_001, 2), (65_536 * 10**9, 65_536_000)],
 )
 def test_cpu_rounds_up(nanocores: int, millicores: int) -> None:
     pod = entry(cpu={"time": T_CPU, "usageNanoCores": nanocores})
@@ -87,10 +87,31 @@ def test_cpu_rounds_up(nanocores: int, millicores: int) -> None:
 
 
 def test_uint64_max_decodes_exactly() -> None:
-    pod = entry(**{"ephemeral-storage": {"time": T_FS, "usedBytes": UINT64_MAX}})
+    pod = entry(**{"ephemeral-storage": {"time": T_FS, "usedBytes": 2**60}})
     result = usage(summary(pod))
     assert result is not None
-    assert result.storage_mib == 2**44  # ⌈(2**64 - 1) / 2**20⌉
+    assert result.storage_mib == 2**40  # 1 EiB, the plausibility bound itself
+
+
+@pytest.mark.parametrize(
+    "figures",
+    [
+        {"cpu": {"time": T_CPU, "usageNanoCores": 10**30}},  # 10^24 milli-cores otherwise
+        {"cpu": {"time": T_CPU, "usageNanoCores": 65_536 * 10**9 + 1}},  # one nanocore over
+        {"memory": {"time": T_MEM, "workingSetBytes": UINT64_MAX}},
+        {"ephemeral-storage": {"time": T_FS, "usedBytes": 2**60 + 2**20}},
+    ],
+)
+def test_a_figure_no_node_can_reach_is_no_answer_for_the_pod(figures: dict[str, Any]) -> None:
+    """The whole summary still parses; only that Pod goes to the metrics.k8s.io fallback."""
+    other_ref = {"name": "other", "namespace": "team-a", "uid": "uid-other"}
+    other = {"podRef": other_ref, "cpu": {"time": T_CPU, "usageNanoCores": 5_000_000}}
+    data = summary(entry(**figures), other)
+    parse_summary(data)  # the document itself is well-formed
+    assert usage(data) is None
+    answer = usage(data, other_ref)
+    assert answer is not None
+    assert answer.cpu_millicores == 5
 
 
 # --- matching -------------------------------------------------------------------------------
@@ -450,9 +471,9 @@ def test_near_valid_summaries_are_a_contract_error_or_usage(pods: list[Any]) -> 
 
 
 @given(
-    cpu=st.none() | st.integers(min_value=0, max_value=UINT64_MAX),
-    memory=st.none() | st.integers(min_value=0, max_value=UINT64_MAX),
-    storage=st.none() | st.integers(min_value=0, max_value=UINT64_MAX),
+    cpu=st.none() | st.integers(min_value=0, max_value=65_536 * 10**9),
+    memory=st.none() | st.integers(min_value=0, max_value=2**52),
+    storage=st.none() | st.integers(min_value=0, max_value=2**60),
 )
 def test_pod_level_figures_round_up(
     cpu: int | None, memory: int | None, storage: int | None

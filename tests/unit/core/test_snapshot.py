@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from gpustack_core.decoding import ContractError
 from gpustack_core.snapshot import (
+    DEFAULT_FRESHNESS_POLICY,
     ZERO_TIME,
+    Freshness,
     MonitorSnapshot,
     SliceSection,
     encode_snapshot,
@@ -126,15 +128,43 @@ def test_before_the_first_tick_is_never_fresh() -> None:
     [
         (15, timedelta(seconds=45), True),
         (15, timedelta(seconds=46), False),
-        (60, timedelta(seconds=170), True),
-        (0, timedelta(seconds=45), True),  # unstated period: 45 s
+        (10, timedelta(seconds=30), True),  # a shorter stated period is taken: stricter
+        (10, timedelta(seconds=31), False),
+        (60, timedelta(seconds=45), True),  # a longer stated period is not believed
+        (60, timedelta(seconds=46), False),
+        (10**9, timedelta(days=1), False),  # periodSeconds: 1e9 keeps nothing alive
+        (0, timedelta(seconds=45), True),  # unstated period: ours
         (0, timedelta(seconds=46), False),
-        (15, timedelta(seconds=-30), True),  # a producer's clock ahead of ours
+        (15, timedelta(seconds=-10), True),  # a producer's clock slightly ahead of ours
+        (15, timedelta(seconds=-11), False),  # beyond the accepted skew
     ],
 )
-def test_freshness_is_three_periods(period: int, age: timedelta, fresh: bool) -> None:
+def test_freshness_is_three_of_the_consumers_periods(
+    period: int, age: timedelta, fresh: bool
+) -> None:
     snapshot = MonitorSnapshot(timestamp=T0, period_seconds=period)
     assert is_fresh(snapshot, T0 + age) is fresh
+
+
+def test_a_snapshot_stamped_far_in_the_future_is_never_fresh() -> None:
+    future = MonitorSnapshot(timestamp=datetime(2999, 1, 1, tzinfo=UTC), period_seconds=15)
+    assert not is_fresh(future, T0)
+    problem = DEFAULT_FRESHNESS_POLICY.problem(future, T0)
+    assert problem is not None
+    assert "ahead of this clock" in problem
+
+
+def test_the_consumers_configured_period_sets_the_bound() -> None:
+    minute = Freshness(timedelta(minutes=1))
+    snapshot = MonitorSnapshot(timestamp=T0, period_seconds=60)
+    assert minute.is_fresh(snapshot, T0 + timedelta(seconds=180))
+    assert not minute.is_fresh(snapshot, T0 + timedelta(seconds=181))
+
+
+@pytest.mark.parametrize("period", [timedelta(0), timedelta(seconds=-1), timedelta(minutes=6)])
+def test_a_consumer_period_outside_the_cap_is_refused(period: timedelta) -> None:
+    with pytest.raises(ValueError, match="monitor period"):
+        Freshness(period)
 
 
 def test_schema_version_gate() -> None:

@@ -15,8 +15,8 @@ import yaml
 
 from gpustack_devicemanager.monitor import TickContext, tick
 from gpustack_simulator.procfs import write_procfs
-from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay.backends import replay_backend
+from gpustack_simulator.replay.validate import load_replayable
 from gpustack_vendors.loading import LibraryUnavailableError, open_backend
 from gpustack_vendors.protocol import Backend
 
@@ -52,7 +52,7 @@ def open_for(
             return manufacturer, open_backend(manufacturer), proc_root or Path("/proc")
         except LibraryUnavailableError as exc:
             raise typer.BadParameter(str(exc)) from exc
-    recording = load_recording(simulate)
+    recording = load_replayable(simulate)
     if manufacturer is not None and manufacturer != recording.vendor:
         raise typer.BadParameter(
             f"{simulate} is a {recording.vendor} recording, not {manufacturer}"

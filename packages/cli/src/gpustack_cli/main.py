@@ -6,6 +6,8 @@ beside them so the whole system can be run on one machine with the same entry po
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Annotated, TypeVar
@@ -98,6 +100,10 @@ def worker(
     system_namespace: Annotated[
         str, typer.Option(help="Namespace of the Device Manager Pods.")
     ] = "gpustack-system",
+    device_manager_monitor_period: Annotated[
+        str,
+        typer.Option(help="The Device Managers' monitor period; 3 of these bound freshness."),
+    ] = "15s",
     requestheader_client_ca_file: Annotated[
         Path | None,
         typer.Option(help="Front-proxy CA (default: from extension-apiserver-authentication)."),
@@ -127,9 +133,19 @@ def worker(
     import trio
 
     from gpustack_cli import logs
+    from gpustack_cli.dm_cmds import parse_duration
+    from gpustack_core.snapshot import MAX_MONITOR_PERIOD
     from gpustack_worker.daemon import StartupError, WorkerOptions, serve_until_signalled
 
     logs.configure(log_level, json_logs=log_json)
+    dm_period = parse_duration(device_manager_monitor_period)
+    if dm_period > MAX_MONITOR_PERIOD.total_seconds():
+        typer.echo(
+            f"gpustack-operator worker: --device-manager-monitor-period "
+            f"{device_manager_monitor_period} is longer than {MAX_MONITOR_PERIOD}",
+            err=True,
+        )
+        raise typer.Exit(code=1)
     options = WorkerOptions(
         secure_port=secure_port,
         bind_address=bind_address,
@@ -137,6 +153,7 @@ def worker(
         kubeconfig=kubeconfig,
         kube_context=context,
         system_namespace=system_namespace,
+        device_manager_period=dm_period,
         requestheader_client_ca_file=requestheader_client_ca_file,
         requestheader_allowed_names=_csv(requestheader_allowed_names),
         requestheader_username_headers=_csv(requestheader_username_headers),
@@ -152,6 +169,18 @@ def worker(
         if found is None:
             raise
         typer.echo(f"gpustack-operator worker: {found}", err=True)
+        raise typer.Exit(code=1) from exc
+
+
+@contextlib.contextmanager
+def refusing_bad_recordings(command: str) -> Iterator[None]:
+    """A recording that cannot be replayed is one line on stderr and exit 1, no traceback."""
+    from gpustack_core.decoding import ContractError
+
+    try:
+        yield
+    except (ContractError, OSError) as exc:
+        typer.echo(f"gpustack-operator {command}: {exc}", err=True)
         raise typer.Exit(code=1) from exc
 
 
@@ -219,7 +248,8 @@ def dm_serve(
         proc_root = Path("/proc")  # the live processes, not the recording's own /proc
     logs.configure(log_level, json_logs=log_json)
     period = parse_duration(monitor_period)
-    vendor, backend, root = open_for(manufacturer, simulate, proc_root)
+    with refusing_bad_recordings("device-manager serve"):
+        vendor, backend, root = open_for(manufacturer, simulate, proc_root)
     options = ServeOptions(
         manufacturer=vendor,
         node_name=node_name or default_node_name(),
@@ -255,7 +285,8 @@ def dm_detect(
     from gpustack_vendors.loading import LibraryUnavailableError
 
     try:
-        typer.echo(detect(manufacturer, simulate), nl=False)
+        with refusing_bad_recordings("device-manager detect"):
+            typer.echo(detect(manufacturer, simulate), nl=False)
     except LibraryUnavailableError as exc:
         typer.echo(f"device-manager detect: {exc}", err=True)
         raise typer.Exit(code=1) from exc
@@ -271,9 +302,9 @@ def dm_monitor(
     """Take one monitor sample (card figures) and print it as YAML."""
     from gpustack_cli.dm_cmds import monitor_once, parse_duration
 
-    typer.echo(
-        monitor_once(manufacturer, simulate, proc_root, parse_duration(monitor_period)), nl=False
-    )
+    with refusing_bad_recordings("device-manager monitor"):
+        sample = monitor_once(manufacturer, simulate, proc_root, parse_duration(monitor_period))
+    typer.echo(sample, nl=False)
 
 
 @simulator.command("record")
@@ -303,7 +334,8 @@ def sim_replay(
 
     from gpustack_cli.simulator_cmds import replay
 
-    replay(recording, samples, interval, Console())
+    with refusing_bad_recordings("simulator replay"):
+        replay(recording, samples, interval, Console())
 
 
 @simulator.command("cluster")

@@ -16,6 +16,7 @@ from gpustack_core.decoding import ContractError
 from gpustack_simulator.recorder import exercise
 from gpustack_simulator.recording import Recording, dump_recording, load_recording
 from gpustack_simulator.replay.backends import replay_backend
+from gpustack_simulator.replay.validate import load_replayable
 from gpustack_simulator.synth.timeline import VirtualClock
 from gpustack_vendors.loading import LibraryUnavailableError, open_backend
 from gpustack_vendors.protocol import Backend
@@ -42,7 +43,7 @@ def validate(files: list[Path], console: Console) -> int:
             )
             continue
         try:
-            recording = load_recording(path)
+            recording = load_replayable(path)
         except (ContractError, OSError) as exc:
             failures += 1
             console.print(f"[red]{path}: invalid[/red]: {exc}", soft_wrap=True)
@@ -120,7 +121,7 @@ def backend_for(manufacturer: str | None, simulate: Path | None) -> Backend:
         if manufacturer is None:
             raise typer.BadParameter("--manufacturer is required without --simulate")
         return open_backend(manufacturer)
-    recording = load_recording(simulate)
+    recording = load_replayable(simulate)
     if manufacturer is not None and manufacturer != recording.vendor:
         raise typer.BadParameter(
             f"{simulate} is a {recording.vendor} recording, not {manufacturer}"
@@ -142,7 +143,7 @@ def detect(manufacturer: str | None, simulate: Path | None) -> str:
 
 def replay(path: Path, samples: int, interval: float, console: Console) -> None:
     """Drive the backend over a recording in virtual time and print each pass's cards."""
-    recording = load_recording(path)
+    recording = load_replayable(path)
     clock = VirtualClock()
     backend = replay_backend(recording, clock=clock)
     devices = [d.id for d in backend.detect().devices]

@@ -118,14 +118,34 @@ def _resolve_one(
     if mode is AllocationMode.PARTITIONED:
         return _partitioned(grant, card, section, pod_uid)
     total = card.memory if card.memory > 0 else None
-    return _entry(
-        card,
-        card.id,
-        grant,
-        total=total,
-        used=card.memory_usage,
-        cores=card.cores_utilization,
-    ), ""
+    used, memory_note = _physical(card.memory_usage, total, "memory")
+    cores, cores_note = _physical(card.cores_utilization, CORES_CAPACITY, "cores")
+    return _entry(card, card.id, grant, total=total, used=used, cores=cores), _join(
+        memory_note, cores_note
+    )
+
+
+CORES_CAPACITY = 100
+"""A whole card's compute utilization, in percent, can be no more than all of it."""
+
+
+def _physical(value: int | None, capacity: int | None, what: str) -> tuple[int | None, str]:
+    """``value`` when it fits the physical ``capacity`` it is measured against, else absent.
+
+    A figure larger than what it measures (10^12 MiB used on a 40 GiB card, 300 % of a card's
+    compute) is no measurement: it is dropped with ``invalid_data`` and noted, never
+    published. Usage over a *slice's quota* is legitimate and not checked here; the card's own
+    capacity is the bound. With no stated capacity nothing can be checked.
+    """
+    if value is None or capacity is None or capacity <= 0 or value <= capacity:
+        return value, ""
+    return None, (
+        f"{what}: {SectionReason.INVALID_DATA}: {value} exceeds the physical capacity {capacity}"
+    )
+
+
+def _join(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
 
 
 def _sliced(
@@ -137,9 +157,12 @@ def _sliced(
 ) -> tuple[AcceleratorMetrics, str]:
     total = slice_memory_mib(grant.accelerator.allocated, card.memory)
     used, cores, note = _slice_figures(grant, card.id, section, pod_uid)
+    used, memory_note = _physical(used, card.memory if card.memory > 0 else None, "memory")
+    cores, cores_note = _physical(cores, CORES_CAPACITY, "cores")
     if cores is not None:
         cores = restate_against_cap(cores, cores_caps.get((grant.container, grant.manufacturer), 0))
-    return _entry(card, card.id, grant, total=total, used=used, cores=cores), note
+    entry = _entry(card, card.id, grant, total=total, used=used, cores=cores)
+    return entry, _join(note, memory_note, cores_note)
 
 
 def _partitioned(
@@ -163,14 +186,20 @@ def _partitioned(
         for what, reason in (("memory", record.memory_reason), ("cores", record.cores_reason))
         if reason
     )
-    return _entry(
-        card,
-        partition_id,
-        grant,
-        total=record.memory_total_mib,
-        used=None if record.memory_reason else record.memory_used_mib,
-        cores=None if record.cores_reason else record.cores_utilization_percent,
-    ), note
+    card_memory = card.memory if card.memory > 0 else None
+    total, total_note = _physical(record.memory_total_mib, card_memory, "partition memory")
+    used, memory_note = _physical(
+        None if record.memory_reason else record.memory_used_mib,
+        total if total is not None else card_memory,
+        "memory",
+    )
+    cores, cores_note = _physical(
+        None if record.cores_reason else record.cores_utilization_percent,
+        CORES_CAPACITY,
+        "cores",
+    )
+    entry = _entry(card, partition_id, grant, total=total, used=used, cores=cores)
+    return entry, _join(note, total_note, memory_note, cores_note)
 
 
 def _slice_figures(

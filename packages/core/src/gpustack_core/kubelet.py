@@ -17,7 +17,7 @@ import msgspec
 from gpustack_core.decoding import decode_json
 from gpustack_core.pods import AwareDatetime
 from gpustack_core.units import bytes_to_mib, nanocores_to_millicores
-from gpustack_core.usage import PodUsage, UsageSource
+from gpustack_core.usage import PodUsage, UsageSource, implausible
 from gpustack_core.wire import Wire
 
 Uint64 = Annotated[int, msgspec.Meta(ge=0)]
@@ -190,8 +190,9 @@ def find_pod(summary: Summary, *, namespace: str, name: str, uid: str) -> PodSta
 def usage_from_summary(summary: Summary, *, namespace: str, name: str, uid: str) -> PodUsage | None:
     """Return the Pod's measured usage, or ``None`` when this summary cannot answer for it.
 
-    ``None`` covers "the kubelet does not know this Pod (yet)" and "the entry measures nothing":
-    both send the caller to the metrics.k8s.io fallback. An entry with figures but no time at
+    ``None`` covers "the kubelet does not know this Pod (yet)", "the entry measures nothing"
+    and "a figure no node can reach" (:func:`~gpustack_core.usage.implausible`): each sends
+    the caller to the metrics.k8s.io fallback. An entry with figures but no time at
     all is also ``None``: a sample must say when it was taken, and inventing "now" would pass a
     stale figure off as fresh. The timestamp is the time of the first figure that has one, in the
     order CPU, memory, storage (CPU's window is what the sample averages over).
@@ -204,10 +205,11 @@ def usage_from_summary(summary: Summary, *, namespace: str, name: str, uid: str)
     timestamp = next((f.time for f in figures if f.time is not None), None)
     if timestamp is None:
         return None
-    return PodUsage(
+    usage = PodUsage(
         source=UsageSource.KUBELET,
         timestamp=timestamp,
         cpu_millicores=None if cpu is None else nanocores_to_millicores(cpu.value),
         memory_mib=None if memory is None else bytes_to_mib(memory.value),
         storage_mib=None if storage is None else bytes_to_mib(storage.value),
     )
+    return None if implausible(usage) is not None else usage

@@ -16,7 +16,7 @@ from gpustack_core.decoding import ContractError, convert, decode_json
 from gpustack_core.pods import CPU, MEMORY, AwareDatetime, Quantity
 from gpustack_core.quantity import QuantityError, cpu_to_millicores, parse_quantity
 from gpustack_core.units import MIB, ceil_fraction
-from gpustack_core.usage import PodUsage, UsageSource
+from gpustack_core.usage import PodUsage, UsageSource, implausible
 from gpustack_core.wire import Wire
 
 
@@ -101,7 +101,8 @@ def usage_from_pod_metrics(pm: PodMetrics, *, pod_created: datetime) -> PodUsage
 
     Not served: no containers, no timestamp (a sample must say when it was taken), an entry
     measured before ``pod_created`` (it belongs to an earlier Pod of the same name; pass an
-    aware datetime), or neither figure present. Storage is always ``None``: this API has none.
+    aware datetime), neither figure present, or a figure no node can reach. Storage is always
+    ``None``: this API has none.
     """
     containers = pm.containers or ()
     if not containers or pm.timestamp is None or pm.timestamp < pod_created:
@@ -110,10 +111,11 @@ def usage_from_pod_metrics(pm: PodMetrics, *, pod_created: datetime) -> PodUsage
     memory = _summed(pm, containers, MEMORY)
     if cpu is None and memory is None:
         return None
-    return PodUsage(
+    usage = PodUsage(
         source=UsageSource.METRICS_API,
         timestamp=pm.timestamp,
         cpu_millicores=None if cpu is None else cpu_to_millicores(cpu),
         memory_mib=None if memory is None else ceil_fraction(memory / MIB),
         storage_mib=None,
     )
+    return None if implausible(usage) is not None else usage

@@ -23,7 +23,7 @@ from gpustack_core.pods import (
     has_started,
     sum_declared,
 )
-from gpustack_core.snapshot import MonitorSnapshot, is_fresh
+from gpustack_core.snapshot import DEFAULT_FRESHNESS_POLICY, Freshness, MonitorSnapshot
 from gpustack_core.units import ceil_fraction
 from gpustack_core.usage import DeclaredTotals, PodUsage
 
@@ -66,7 +66,11 @@ def cores_caps(pod: Pod, held: list[Grant]) -> CoresCaps:
 
 
 def pod_accelerators(
-    pod: Pod, snapshots: Mapping[str, MonitorSnapshot], *, now: datetime
+    pod: Pod,
+    snapshots: Mapping[str, MonitorSnapshot],
+    *,
+    now: datetime,
+    freshness: Freshness = DEFAULT_FRESHNESS_POLICY,
 ) -> PodAccelerators:
     """Resolve a Pod's grants against the snapshots that are fresh at ``now``.
 
@@ -83,13 +87,11 @@ def pod_accelerators(
         snapshot = snapshots.get(manufacturer)
         if snapshot is None:
             continue  # resolve() notes the missing Device Manager
-        if is_fresh(snapshot, now):
+        problem = freshness.problem(snapshot, now)
+        if problem is None:
             fresh[manufacturer] = snapshot
         else:
-            notes.append(
-                f"{manufacturer}: snapshot of {snapshot.timestamp.isoformat()} is stale "
-                f"at {now.isoformat()}; dropped as a failing monitor"
-            )
+            notes.append(f"{manufacturer}: snapshot {problem}; dropped as a failing monitor")
     resolution = resolve(held, fresh, pod_uid=pod.metadata.uid, cores_caps=cores_caps(pod, held))
     notes.extend(resolution.notes)
     if not fresh:
@@ -149,6 +151,7 @@ def instance_sample(
     usage: PodUsage | None,
     snapshots: Mapping[str, MonitorSnapshot],
     now: datetime,
+    freshness: Freshness = DEFAULT_FRESHNESS_POLICY,
 ) -> InstanceResult:
     """Compose an Instance's sample from its (already scoped) backing Pod and measurements.
 
@@ -161,7 +164,7 @@ def instance_sample(
     accelerators: list[ResolvedAccelerator] | None = None
     if started and pod is not None:
         try:
-            resolved = pod_accelerators(pod, snapshots, now=now)
+            resolved = pod_accelerators(pod, snapshots, now=now, freshness=freshness)
         except ContractError as exc:
             notes.append(str(exc))
         else:

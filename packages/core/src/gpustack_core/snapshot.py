@@ -7,6 +7,7 @@ never appear here: they never leave the Device Manager.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -28,9 +29,6 @@ MAX_SNAPSHOT_BYTES = 4 << 20
 
 FRESHNESS_PERIODS = 3
 """A snapshot older than this many monitor periods is dropped as a failing monitor."""
-
-DEFAULT_FRESHNESS = timedelta(seconds=45)
-"""Freshness bound when ``periodSeconds`` is missing or 0 (three default 15 s periods)."""
 
 ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
 """The timestamp served before the first monitor tick (Go's zero time)."""
@@ -148,22 +146,80 @@ def encode_snapshot(snapshot: MonitorSnapshot) -> bytes:
     return msgspec.json.encode(snapshot)
 
 
-def freshness_bound(snapshot: MonitorSnapshot) -> timedelta:
-    """Three monitor periods, or 45 s when the producer did not state its period."""
-    if snapshot.period_seconds <= 0:
-        return DEFAULT_FRESHNESS
-    return timedelta(seconds=FRESHNESS_PERIODS * snapshot.period_seconds)
+MAX_MONITOR_PERIOD = timedelta(minutes=5)
+"""The longest monitor period a consumer may be configured to expect; its bound is three."""
+
+MAX_CLOCK_SKEW = timedelta(seconds=10)
+"""How far a snapshot's timestamp may lie ahead of the consumer's clock (NTP-synced nodes
+differ by milliseconds); beyond it the stamp is not evidence of anything and the snapshot is
+dropped, since a stamp far in the future would otherwise count as fresh for as long as it
+claims."""
+
+DEFAULT_MONITOR_PERIOD = timedelta(seconds=15)
 
 
-def is_fresh(snapshot: MonitorSnapshot, now: datetime) -> bool:
-    """Whether a consumer may use the snapshot: stored at most three periods before ``now``.
+@dataclass(frozen=True)
+class Freshness:
+    """The consumer's own expectation of how often a Device Manager stores a snapshot.
 
-    A snapshot from the future (clock skew between nodes) is accepted: its age is not evidence
-    of a failing monitor.
+    A snapshot decides nothing about its own freshness: its ``periodSeconds`` is believed only
+    when it is *shorter* than the period the consumer was configured with (a stricter bound),
+    never longer, so ``periodSeconds: 1e9`` cannot keep a dead producer's figures alive.
     """
-    if snapshot.timestamp <= ZERO_TIME:
-        return False
-    return now - snapshot.timestamp <= freshness_bound(snapshot)
+
+    monitor_period: timedelta = DEFAULT_MONITOR_PERIOD
+    max_skew: timedelta = MAX_CLOCK_SKEW
+
+    def __post_init__(self) -> None:
+        if not timedelta(0) < self.monitor_period <= MAX_MONITOR_PERIOD:
+            raise ValueError(
+                f"monitor period {self.monitor_period} must be positive and at most "
+                f"{MAX_MONITOR_PERIOD}"
+            )
+
+    def bound(self, snapshot: MonitorSnapshot) -> timedelta:
+        """Three periods: the producer's stated one if shorter than ours, else ours."""
+        period = self.monitor_period
+        if 0 < snapshot.period_seconds < period.total_seconds():
+            period = timedelta(seconds=snapshot.period_seconds)
+        return FRESHNESS_PERIODS * period
+
+    def problem(self, snapshot: MonitorSnapshot, now: datetime) -> str | None:
+        """Why the snapshot may not be used at ``now``, or ``None`` when it is fresh."""
+        stamp = snapshot.timestamp
+        if stamp <= ZERO_TIME:
+            return "no monitor tick has completed yet"
+        age = now - stamp
+        if age < -self.max_skew:
+            return (
+                f"stamped {stamp.isoformat()}, {-age} ahead of this clock "
+                f"(at most {self.max_skew} of skew is accepted)"
+            )
+        bound = self.bound(snapshot)
+        if age > bound:
+            return f"of {stamp.isoformat()} is stale at {now.isoformat()} (older than {bound})"
+        return None
+
+    def is_fresh(self, snapshot: MonitorSnapshot, now: datetime) -> bool:
+        """Stored at most three periods before ``now`` and at most ``max_skew`` after it."""
+        return self.problem(snapshot, now) is None
+
+
+DEFAULT_FRESHNESS_POLICY = Freshness()
+
+
+def freshness_bound(
+    snapshot: MonitorSnapshot, freshness: Freshness = DEFAULT_FRESHNESS_POLICY
+) -> timedelta:
+    """Three monitor periods as :meth:`Freshness.bound` decides them."""
+    return freshness.bound(snapshot)
+
+
+def is_fresh(
+    snapshot: MonitorSnapshot, now: datetime, freshness: Freshness = DEFAULT_FRESHNESS_POLICY
+) -> bool:
+    """Whether a consumer may use the snapshot (see :class:`Freshness`)."""
+    return freshness.is_fresh(snapshot, now)
 
 
 def slices_readable(section: SliceSection | None) -> bool:

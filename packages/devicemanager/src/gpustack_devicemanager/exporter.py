@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import trio
@@ -20,7 +20,12 @@ from gpustack_core.decoding import ContractError
 from gpustack_core.kubelet import Summary, parse_summary, usage_from_summary
 from gpustack_core.pods import Pod, is_instance_pod, is_ready, is_terminating, pod_from_object
 from gpustack_core.sample import instance_sample
-from gpustack_core.snapshot import MonitorSnapshot, is_fresh
+from gpustack_core.snapshot import (
+    DEFAULT_FRESHNESS_POLICY,
+    MAX_MONITOR_PERIOD,
+    Freshness,
+    MonitorSnapshot,
+)
 from gpustack_core.usage import DeclaredTotals
 from gpustack_devicemanager.exposition import ExpositionHolder, Family, Rendered, render
 from gpustack_devicemanager.holder import SnapshotHolder
@@ -106,6 +111,8 @@ class RoundInputs:
     kubelet_seconds: float | None
     snapshot: MonitorSnapshot | None
     now: datetime
+    freshness: Freshness = DEFAULT_FRESHNESS_POLICY
+    """This Device Manager's own monitor period decides whether its snapshot is fresh."""
 
 
 @dataclass
@@ -122,7 +129,7 @@ def _family(name: str, documentation: str, labels: Sequence[str]) -> Family:
 
 def compose(inputs: RoundInputs) -> Round:
     """Decide every series of the round (the subresource's figures, by the same code)."""
-    fresh = inputs.snapshot is not None and is_fresh(inputs.snapshot, inputs.now)
+    fresh = inputs.snapshot is not None and inputs.freshness.is_fresh(inputs.snapshot, inputs.now)
     result = Round(families=_collector(inputs, fresh))
     if inputs.pods is None:
         result.notes.append("the node's Pods are not known yet: no figures this round")
@@ -184,6 +191,7 @@ def _instances(
             usage=usage,
             snapshots=snapshots,
             now=inputs.now,
+            freshness=inputs.freshness,
         )
         notes.extend(composed.notes)
         labels = (
@@ -257,7 +265,9 @@ class ExporterSource:
     holder: SnapshotHolder
 
 
-async def read_inputs(source: ExporterSource, now: datetime) -> RoundInputs:
+async def read_inputs(
+    source: ExporterSource, now: datetime, freshness: Freshness = DEFAULT_FRESHNESS_POLICY
+) -> RoundInputs:
     """One round's reads: the kubelet afresh (no cache), everything else from memory."""
     raw = source.pods()
     pods: list[Pod] | None = None
@@ -292,6 +302,7 @@ async def read_inputs(source: ExporterSource, now: datetime) -> RoundInputs:
         seconds,
         source.holder.current.snapshot,
         now,
+        freshness,
     )
 
 
@@ -308,8 +319,9 @@ async def run_exporter(
 ) -> None:
     """Render a round every period, the first at once; a round never reuses older figures."""
     next_at = trio.current_time()
+    freshness = Freshness(min(timedelta(seconds=period), MAX_MONITOR_PERIOD))
     while True:
-        inputs = await read_inputs(source, wall_clock())
+        inputs = await read_inputs(source, wall_clock(), freshness)
         # Rendering ~10k series takes a few hundred ms: off the loop, so scrapes and probes
         # keep being answered while a round is built.
         rendered = await trio.to_thread.run_sync(_render_round, inputs)

@@ -1,4 +1,10 @@
-"""The Device Manager's secure port: snapshot, probes and loopback-only debug routes."""
+"""The Device Manager's secure port: snapshot, probes and loopback-only debug routes.
+
+``/debug/*`` answers only a peer whose *socket* address is loopback: the default bind address is
+``0.0.0.0``, so any peer reaching 32443 could otherwise read the daemon's state and change its
+log level by sending ``Host: localhost``. Requests whose ``Host`` the framework cannot parse are
+answered 400 by :class:`gpustack_kube.guard.RequestGuard` before routing.
+"""
 
 from __future__ import annotations
 
@@ -13,15 +19,10 @@ from quart_trio import QuartTrio
 from gpustack_devicemanager.exposition import ExpositionHolder
 from gpustack_devicemanager.health import Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
+from gpustack_kube.guard import RequestGuard, peer_is_loopback, plain_rejection
 
 JSON = "application/json"
-LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
-
-
-def _host_is_loopback(host: str) -> bool:
-    """``Host`` without its port; ``[::1]:32443`` → ``::1``."""
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
-    return name.strip("[]").lower() in LOOPBACK
+NOT_FOUND = "404 page not found\n"
 
 
 def build_app(
@@ -33,6 +34,7 @@ def build_app(
 ) -> QuartTrio:
     """Routes read memory only: the snapshot bytes were serialized by the monitor tick."""
     app = QuartTrio("gpustack-device-manager")
+    app.asgi_app = RequestGuard(app.asgi_app, plain_rejection)  # type: ignore[method-assign]
 
     @app.route("/monitor/snapshot", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"])
     async def snapshot() -> Response:
@@ -63,14 +65,14 @@ def build_app(
 
     @app.route("/debug/state")
     async def debug() -> Response:
-        if not _host_is_loopback(request.host):
-            return Response("404 page not found\n", status=404)
+        if not peer_is_loopback(request.scope):
+            return Response(NOT_FOUND, status=404)
         return Response(msgspec.json.encode(debug_state()), content_type=JSON)
 
     @app.route("/debug/flags/v", methods=["PUT"])
     async def verbosity() -> Response:
-        if not _host_is_loopback(request.host):
-            return Response("404 page not found\n", status=404)
+        if not peer_is_loopback(request.scope):
+            return Response(NOT_FOUND, status=404)
         text = (await request.get_data(as_text=True)).strip()
         levels = {
             "0": logging.WARNING,

@@ -6,6 +6,13 @@ SubjectAccessReview for exactly what was asked (``get instances/metrics`` is its
 permission). Discovery and OpenAPI need only an authenticated caller, as the cluster's
 ``system:discovery`` role grants every authenticated user. Every error leaves as a Kubernetes
 ``Status`` object with the code an API server would use.
+
+Names come from the *raw* request path, split on ``/`` and then unescaped segment by segment,
+and are validated before anything is authorized: what is authorized is exactly what is read.
+A segment no name can be (``.``, ``..``, one holding ``/``, ``%`` or a control character) is
+400, as the apiserver answers; a well-formed segment that is not a DNS-1123 name is 404 with no
+upstream request, since no object can carry it. Upstream paths are then built only by
+:mod:`gpustack_kube.paths`, from escaped segments.
 """
 
 from __future__ import annotations
@@ -15,14 +22,21 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote
 
 import msgspec
 import trio
 from quart import Response, g, request
 from quart_trio import QuartTrio
 
-from gpustack_core.status import StatusError, no_route
+from gpustack_core.names import (
+    dns1123_label_problem,
+    dns1123_subdomain_problem,
+    path_segment_problem,
+)
+from gpustack_core.status import StatusError, no_route, not_found
 from gpustack_kube.client import ApiError, KubeError
+from gpustack_kube.guard import RequestGuard
 from gpustack_kube.paths import INSTANCES
 from gpustack_worker import discovery, openapi
 from gpustack_worker.authn import Authenticator, Unauthenticated, UserInfo
@@ -63,12 +77,32 @@ def _status(error: StatusError) -> Response:
     return Response(error.body(), status=error.code, content_type=JSON)
 
 
+def _status_rejection(status: int, why: str) -> tuple[bytes, str]:
+    """The guard's refusals leave as ``Status`` objects too."""
+    return StatusError(status, why).body(), JSON
+
+
+def _raw_path() -> str:
+    """The request path as sent, still escaped (hypercorn's ``raw_path``, query excluded)."""
+    raw = request.scope.get("raw_path")
+    if isinstance(raw, bytes | bytearray) and raw.startswith(b"/"):
+        return bytes(raw).decode("latin-1")
+    return quote(request.path, safe="/")
+
+
+def _segments(path: str) -> list[str]:
+    """``/a/b%2Fc/`` → ``["a", "b/c"]``: split first, unescape each segment after."""
+    parts = path.strip("/").split("/")
+    return [unquote(part, errors="strict") for part in parts]
+
+
 Handler = Callable[..., Awaitable[Response]]
 
 
 def build_app(surface: Surface) -> QuartTrio:
     """The Quart app; one catch-all route dispatching on the raw path, as an API server does."""
     app = QuartTrio(__name__)
+    app.asgi_app = RequestGuard(app.asgi_app, _status_rejection)  # type: ignore[method-assign]
     app.config["RESPONSE_TIMEOUT"] = 30
     app.config["BODY_TIMEOUT"] = 10
     app.config["MAX_CONTENT_LENGTH"] = 1 << 20
@@ -81,7 +115,7 @@ def build_app(surface: Surface) -> QuartTrio:
     async def dispatch(path: str) -> Response:
         started = time.perf_counter()
         try:
-            response = await routes.dispatch("/" + path)
+            response = await routes.dispatch(_raw_path())
         except StatusError as error:
             response = _status(error)
         except Exception as error:  # a bug or an undecodable object: still a Status, logged
@@ -105,8 +139,8 @@ class _Routes:
     def __init__(self, surface: Surface) -> None:
         self.surface = surface
 
-    async def dispatch(self, path: str) -> Response:
-        path = path.rstrip("/") or "/"
+    async def dispatch(self, raw_path: str) -> Response:
+        path = raw_path.rstrip("/") or "/"
         if path in HEALTH_PATHS:
             return self.health(path)
         user = await self.authenticate()
@@ -166,7 +200,10 @@ class _Routes:
             return static()
         if not path.startswith(V1 + "/"):
             raise no_route()
-        parts = path[len(V1) + 1 :].split("/")
+        try:
+            parts = _segments(path[len(V1) + 1 :])
+        except UnicodeDecodeError as exc:
+            raise StatusError(400, "the request path is not valid UTF-8") from exc
         match parts:
             case ["instances"]:
                 return await self.instances(user, None, None)
@@ -181,6 +218,7 @@ class _Routes:
     # -- Instances: proxied to the CRD ------------------------------------------------------
 
     async def instances(self, user: UserInfo, namespace: str | None, name: str | None) -> Response:
+        _check_names(namespace, name)
         verb = "get" if name is not None else "list"
         if request.args.get("watch", "").lower() in {"1", "true"}:
             raise StatusError(405, "watch is not supported on instances of worker.gpustack.ai/v1")
@@ -207,6 +245,7 @@ class _Routes:
     # -- the subresource --------------------------------------------------------------------
 
     async def metrics(self, user: UserInfo, namespace: str, name: str) -> Response:
+        _check_names(namespace, name)
         await self.authorize(
             user,
             Attributes(
@@ -231,6 +270,25 @@ class _Routes:
         except KubeError as exc:
             raise StatusError(503, f"reading Instance {namespace}/{name} failed: {exc}") from exc
         return _json(body)
+
+
+def _check_names(namespace: str | None, name: str | None) -> None:
+    """400 for a segment no name can be, 404 for one that is no DNS-1123 name; else nothing.
+
+    Runs before authorization, so a request is authorized for exactly the name that will be
+    read; neither answer depends on what exists, so nothing leaks to a caller not allowed to
+    read it.
+    """
+    for value in (namespace, name):
+        if value is None:
+            continue
+        problem = path_segment_problem(value)
+        if problem is not None:
+            raise StatusError(400, f"invalid resource name {value!r}: {problem}")
+    if namespace is not None and dns1123_label_problem(namespace) is not None:
+        raise not_found("namespaces", namespace)
+    if name is not None and dns1123_subdomain_problem(name) is not None:
+        raise not_found("instances", name, GROUP)
 
 
 def _group_list() -> Response:

@@ -15,12 +15,14 @@ import signal
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import trio
 from hypercorn.config import Config
 
 from gpustack_core.kubelet import Summary, parse_summary
+from gpustack_core.snapshot import Freshness
 from gpustack_kube.certs import CA_FILE, CERT_FILE, KEY_FILE, CertReloader, self_signed
 from gpustack_kube.client import KubeClient, KubeError
 from gpustack_kube.config import KubeConfig, KubeConfigError, load_config
@@ -64,6 +66,9 @@ class WorkerOptions:
     kube_context: str | None = None
     system_namespace: str = "gpustack-system"
     """Where the Device Manager Pods run."""
+    device_manager_period: float = 15.0
+    """The Device Managers' configured monitor period, seconds: a snapshot older than three of
+    these (or stamped in the future) is dropped, whatever period it states for itself."""
     requestheader_client_ca_file: Path | None = None
     requestheader_allowed_names: Sequence[str] | None = None
     requestheader_username_headers: Sequence[str] | None = None
@@ -277,6 +282,7 @@ async def serve(
                     summaries,
                     system_namespace=options.system_namespace,
                     device_managers=device_managers,
+                    freshness=Freshness(timedelta(seconds=options.device_manager_period)),
                 ),
                 authenticator=lambda: authenticator,
                 authorizer=Authorizer(client.post, nursery=nursery),

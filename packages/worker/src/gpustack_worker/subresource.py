@@ -32,7 +32,13 @@ from gpustack_core.pods import (
     pod_from_object,
 )
 from gpustack_core.sample import instance_sample, pod_grants, pod_started, totals_from_resources
-from gpustack_core.snapshot import MAX_SNAPSHOT_BYTES, MonitorSnapshot, parse_snapshot
+from gpustack_core.snapshot import (
+    DEFAULT_FRESHNESS_POLICY,
+    MAX_SNAPSHOT_BYTES,
+    Freshness,
+    MonitorSnapshot,
+    parse_snapshot,
+)
 from gpustack_core.usage import PodUsage
 from gpustack_kube.client import ApiError, KubeClient, KubeError
 from gpustack_kube.paths import INSTANCES, POD_METRICS, PODS
@@ -59,6 +65,8 @@ class Sources:
     device_managers: httpx.AsyncClient | None = None
     """A long-lived client for the snapshots (pooled connections: no TLS handshake per read);
     without one, each read opens its own."""
+    freshness: Freshness = DEFAULT_FRESHNESS_POLICY
+    """The worker's own expectation of the Device Managers' period, never the snapshot's."""
 
 
 async def instance_metrics(
@@ -82,7 +90,14 @@ async def _instance_metrics(
     if pod is not None and pod_started(pod):  # the gate: nothing started → no upstream I/O
         usage = await _usage(sources, pod)
         snapshots = await _snapshots(sources, pod)
-    result = instance_sample(pod=pod, fallback=fallback, usage=usage, snapshots=snapshots, now=now)
+    result = instance_sample(
+        pod=pod,
+        fallback=fallback,
+        usage=usage,
+        snapshots=snapshots,
+        now=now,
+        freshness=sources.freshness,
+    )
     for note in result.notes:
         log.info("%s/%s: %s", namespace, name, note)
     return InstanceMetrics.of(ObjectMeta(name=name, namespace=namespace, uid=uid), result.sample)
@@ -108,7 +123,12 @@ async def _usage(sources: Sources, pod: Pod) -> PodUsage:
     try:
         summary = await sources.summaries.get(pod.spec.node_name)
         usage = usage_from_summary(summary, namespace=meta.namespace, name=meta.name, uid=meta.uid)
-        kubelet = "the kubelet does not know the Pod yet" if usage is None else ""
+        kubelet = (
+            "the kubelet has no usable entry for the Pod (unknown yet, or figures beyond any "
+            "node's capacity)"
+            if usage is None
+            else ""
+        )
     except (KubeError, ContractError, trio.TooSlowError, OSError) as exc:
         usage, kubelet = None, f"kubelet summary of node {pod.spec.node_name}: {exc}"
     if usage is not None:

@@ -1,0 +1,68 @@
+"""YAML documents read with bounds, so a hostile file is a one-line error, not a crash.
+
+PyYAML's safe loader builds nested values recursively: a 20,000-deep list raises
+``RecursionError``, and a 5,000-digit integer hits Python's integer-conversion limit
+(``ValueError``); both used to escape as tracebacks. Aliases let a small file expand
+exponentially once the value is walked. PyYAML's *parser* is iterative, so its event stream is
+scanned first — nesting depth, integer length and aliases bounded — and only a document that
+passes is constructed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+import yaml
+
+from gpustack_core.decoding import ContractError
+
+MAX_DEPTH: Final = 64
+"""Nesting of mappings and sequences; the deepest recording or scenario nests under 12."""
+MAX_INTEGER_DIGITS: Final = 40
+"""Digits of an integer scalar; a uint128 has 39, no figure in a recording needs more."""
+
+_INTEGER: Final = re.compile(r"[-+]?(0x[0-9a-fA-F_]+|0o?[0-7_]+|[0-9][0-9_]*)")
+
+
+def _line(event: yaml.Event) -> int:
+    mark = event.start_mark
+    return 0 if mark is None else mark.line + 1
+
+
+def load_bounded(data: str | bytes, *, source: str) -> object:
+    """``yaml.safe_load`` after bounding depth, integer size and aliases; else ContractError."""
+    depth = 0
+    try:
+        for event in yaml.parse(data, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ContractError(
+                        f"{source}: line {_line(event)}: nested deeper than {MAX_DEPTH} levels"
+                    )
+            elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+                depth -= 1
+            elif isinstance(event, yaml.AliasEvent):
+                raise ContractError(f"{source}: line {_line(event)}: YAML aliases are not accepted")
+            elif (
+                isinstance(event, yaml.ScalarEvent)
+                and event.implicit[0]
+                and len(event.value) > MAX_INTEGER_DIGITS
+                and _INTEGER.fullmatch(event.value)
+            ):
+                raise ContractError(
+                    f"{source}: line {_line(event)}: an integer of "
+                    f"{len(event.value)} digits (at most {MAX_INTEGER_DIGITS})"
+                )
+        return yaml.safe_load(data)
+    except ContractError:
+        raise
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ContractError(f"{source}: not valid YAML ({first})") from exc
+    except (RecursionError, ValueError) as exc:  # belt and braces: the scan should catch these
+        raise ContractError(f"{source}: not a readable document ({type(exc).__name__})") from exc
+
+
+__all__ = ["MAX_DEPTH", "MAX_INTEGER_DIGITS", "load_bounded"]
