@@ -33,6 +33,7 @@ MAX_HEADER_BYTES: Final = 16 * 1024
 
 _LABEL: Final = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?")
 _PORT: Final = re.compile(r"[0-9]{1,5}")
+_FORBIDDEN: Final = re.compile(rb"[\r\n\x00]")
 
 
 def _split_host(value: str) -> tuple[str | None, str | None] | str:
@@ -95,6 +96,11 @@ def request_problem(scope: Mapping[str, Any]) -> str | None:
     for name, value in _headers(scope):
         if len(value) > MAX_HEADER_BYTES:
             return f"header {name.decode('latin-1')!r} longer than {MAX_HEADER_BYTES} bytes"
+        if _FORBIDDEN.search(value):
+            # The HTTP/1.1 and HTTP/2 parsers refuse these already; werkzeug raises on them,
+            # so a server that let one through would answer 500. Refused here whatever the
+            # protocol layer did.
+            return f"header {name.decode('latin-1')!r} holds CR, LF or NUL"
         if name.lower() == b"host":
             hosts.append(value)
     if len(hosts) > 1:

@@ -132,6 +132,17 @@ def build_app(surface: Surface) -> QuartTrio:
         )
         return response
 
+    @app.errorhandler(405)
+    async def other_method(_: Exception) -> Response:
+        # A method no route lists (TRACE, PROPFIND, …) would get werkzeug's HTML page.
+        return _status(
+            StatusError(
+                405,
+                f"the server does not allow this method on the requested resource "
+                f"({request.method})",
+            )
+        )
+
     return app
 
 
