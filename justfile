@@ -21,11 +21,12 @@ demo *args: setup
 test *args: lint
     uv run --frozen --no-sync pytest {{args}}
 
-# ruff (lint + format check) and mypy --strict on packages/ and simulator/.
+# ruff (lint + format check), mypy --strict on packages/ and simulator/, the layer contracts.
 lint: setup
     uv run --frozen --no-sync ruff check .
     uv run --frozen --no-sync ruff format --check .
     uv run --frozen --no-sync mypy
+    uv run --frozen --no-sync python tests/lint/layers.py
 
 # Apply ruff's fixes and formatting.
 fmt: setup
