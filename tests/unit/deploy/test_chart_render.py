@@ -136,12 +136,24 @@ def _check_device_manager(ds: dict[str, Any], manufacturer: str) -> None:
     assert pod["spec"]["securityContext"]["runAsUser"] == 0
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    # Root without any capability: /proc/<pid>/cgroup, stat and comm are world-readable.
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
 
 
 def test_simulated_device_managers_carry_the_production_shape() -> None:
     for ds in of_kind(simulation(), "DaemonSet"):
         _check_device_manager(ds, ds["metadata"]["labels"][MANUFACTURER_LABEL])
+
+
+def test_named_capabilities_are_added_to_every_device_manager_and_others_refused() -> None:
+    objects = render({"deviceManager": {"capabilities": ["SYS_PTRACE"]}})
+    for ds in of_kind(objects, "DaemonSet"):
+        assert container(ds)["securityContext"]["capabilities"] == {
+            "drop": ["ALL"],
+            "add": ["SYS_PTRACE"],
+        }
+    assert "capabilities" in render_fails({"deviceManager": {"capabilities": ["SYS_ADMIN"]}})
 
 
 def test_real_hardware_device_managers_select_their_nodes_and_open_the_library() -> None:
@@ -322,19 +334,24 @@ def _binds(binding: dict[str, Any], role_kind: str, role: str, account: str) -> 
 
 def test_the_workers_rbac() -> None:
     objects = simulation()
+    # Exactly the worker's calls (tests/integration/test_chart_least_privilege.py derives them
+    # from a recorded run); the Device Manager Pods are listed in the release namespace only.
     assert _grants(find(objects, "ClusterRole", WORKER)) == {
         ("", "pods", "get"),
-        ("", "pods", "list"),
-        ("", "pods", "watch"),
-        ("", "nodes", "get"),
-        ("", "nodes", "list"),
         ("", "nodes/proxy", "get"),
         ("metrics.k8s.io", "pods", "get"),
-        ("metrics.k8s.io", "pods", "list"),
         ("worker.gpustack.ai", "instances", "get"),
         ("worker.gpustack.ai", "instances", "list"),
-        ("worker.gpustack.ai", "instances", "watch"),
     }
+    listing = find(objects, "Role", f"{WORKER}:device-managers")
+    assert listing["metadata"]["namespace"] == NAMESPACE
+    assert _grants(listing) == {("", "pods", "list")}
+    _binds(
+        find(objects, "RoleBinding", f"{WORKER}:device-managers"),
+        "Role",
+        listing["metadata"]["name"],
+        WORKER,
+    )
     _binds(find(objects, "ClusterRoleBinding", WORKER), "ClusterRole", WORKER, WORKER)
     _binds(
         find(objects, "ClusterRoleBinding", f"{WORKER}:auth-delegator"),
@@ -351,7 +368,6 @@ def test_the_workers_rbac() -> None:
 def test_the_device_managers_rbac() -> None:
     objects = simulation()
     assert _grants(find(objects, "ClusterRole", DM)) == {
-        ("", "pods", "get"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
         ("", "nodes/proxy", "get"),

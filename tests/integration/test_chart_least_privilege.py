@@ -1,0 +1,271 @@
+"""The chart's RBAC grants exactly what the daemons call: derived from a recorded run.
+
+The cluster stand-in authorizes every request it serves with the API server's attributes
+(verb, group, resource, subresource, namespace, name). This test wraps that one decision point,
+runs the worker's and a Device Manager's code paths against the stand-in — every Instance's
+metrics, the kubelet down (the metrics.k8s.io fallback), Instances listed and read, a bearer
+token (TokenReview), the settings ConfigMap, the Device Manager's informer and exporter — and
+then holds the recording against the RBAC the chart renders for each ServiceAccount:
+
+- every recorded request is allowed by the rendered roles and bindings (so a new call site
+  that the chart does not grant fails here, not on a cluster), and
+- every grant of the chart's own roles was used by some request (so a grant no code needs
+  fails here: least privilege is checked, not promised).
+
+The built-in roles the chart binds (``system:auth-delegator``,
+``extension-apiserver-authentication-reader``) cannot be narrowed; their rules are Kubernetes'
+bootstrap policy, written out below, and each binding must be used at least once.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from worker_stack import WorkerStack, open_worker_stack
+
+from gpustack_simulator.cluster.app import Caller, Routes
+from gpustack_simulator.scenario import Fault
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "deploy"))
+from chart_helm import KIND_VALUES, NAMESPACE, needs_helm, render
+
+pytestmark = needs_helm
+
+WORKER_SA = "gpustack-operator-worker"
+DM_SA = "gpustack-operator-device-manager"
+# The stand-in's users that the daemons' kubeconfig contexts name, and the chart's accounts.
+ACCOUNTS = {"worker": WORKER_SA, "device-manager": DM_SA}
+V1 = "/apis/worker.gpustack.ai/v1"
+
+# Kubernetes' bootstrap policy (plugin/pkg/auth/authorizer/rbac/bootstrappolicy): the rules of
+# the two built-in roles the chart binds the worker to.
+BUILTIN: Mapping[tuple[str, str], list[dict[str, Any]]] = {
+    ("ClusterRole", "system:auth-delegator"): [
+        {
+            "apiGroups": ["authentication.k8s.io"],
+            "resources": ["tokenreviews"],
+            "verbs": ["create"],
+        },
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        },
+    ],
+    ("Role", "extension-apiserver-authentication-reader"): [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["extension-apiserver-authentication"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One authorization decision the stand-in made, as the API server would ask it."""
+
+    user: str
+    verb: str
+    group: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        what = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        where = f" in {self.namespace}" if self.namespace else " (cluster)"
+        return f"{self.user}: {self.verb} {self.group or 'core'}/{what} {self.name!r}{where}"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A rule bound to an account: cluster-wide (``namespace=None``) or in one namespace."""
+
+    binding: str
+    role: tuple[str, str]
+    rule: Mapping[str, Any]
+    namespace: str | None
+
+    def allows(self, request: Request) -> bool:
+        """Kubernetes' ``RuleAllows`` plus the binding's scope."""
+        if self.namespace is not None and request.namespace != self.namespace:
+            return False
+        rule = self.rule
+        if request.verb not in rule["verbs"] and "*" not in rule["verbs"]:
+            return False
+        if request.group not in rule["apiGroups"] and "*" not in rule["apiGroups"]:
+            return False
+        combined = (
+            f"{request.resource}/{request.subresource}" if request.subresource else request.resource
+        )
+        if combined not in rule["resources"] and "*" not in rule["resources"]:
+            return False
+        names = rule.get("resourceNames") or []
+        return not names or request.name in names
+
+    def atoms(self) -> Iterator[tuple[str, str, str]]:
+        """Each (group, resource, verb) this rule grants: each must be used."""
+        for group in self.rule["apiGroups"]:
+            for resource in self.rule["resources"]:
+                for verb in self.rule["verbs"]:
+                    yield group, resource, verb
+
+
+def grants_of(objects: list[dict[str, Any]], account: str) -> list[Grant]:
+    """The rules bound to ``account`` in the rendered chart, built-in roles included."""
+    roles: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for obj in objects:
+        if obj["kind"] in {"ClusterRole", "Role"}:
+            key = (obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace", ""))
+            roles[key] = obj.get("rules") or []
+    found: list[Grant] = []
+    for obj in objects:
+        if obj["kind"] not in {"ClusterRoleBinding", "RoleBinding"}:
+            continue
+        subjects = obj.get("subjects") or []
+        if not any(
+            s["kind"] == "ServiceAccount" and s["name"] == account and s["namespace"] == NAMESPACE
+            for s in subjects
+        ):
+            continue
+        ref = obj["roleRef"]
+        scope = obj["metadata"].get("namespace") if obj["kind"] == "RoleBinding" else None
+        role_ns = scope if ref["kind"] == "Role" else ""
+        rules = roles.get((ref["kind"], ref["name"], role_ns or ""))
+        if rules is None:
+            rules = BUILTIN.get((ref["kind"], ref["name"]))
+        assert rules is not None, f"{obj['metadata']['name']} binds an unknown {ref}"
+        found += [
+            Grant(obj["metadata"]["name"], (ref["kind"], ref["name"]), rule, scope)
+            for rule in rules
+        ]
+    return found
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> list[Request]:
+    """Every authorization decision the stand-in makes while the test runs."""
+    seen: list[Request] = []
+    original = Routes.authorize
+
+    def recording(
+        self: Routes,
+        caller: Caller,
+        verb: str,
+        resource: str,
+        *,
+        group: str = "",
+        subresource: str = "",
+        namespace: str = "",
+        name: str = "",
+    ) -> None:
+        seen.append(Request(caller.name, verb, group, resource, subresource, namespace, name))
+        original(
+            self,
+            caller,
+            verb,
+            resource,
+            group=group,
+            subresource=subresource,
+            namespace=namespace,
+            name=name,
+        )
+
+    monkeypatch.setattr(Routes, "authorize", recording)
+    return seen
+
+
+async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
+    """Every code path of the worker that reaches the API server, and the Device Manager's."""
+    state = stack.cluster.state
+    # The kubelet down (before any summary is cached): the metrics.k8s.io fallback.
+    state.add_fault(Fault("kubelet-unreachable", "gpu-node-1", 0.0, None))
+    assert (await stack.metrics("team-a", "llama-70b")).status_code == 200
+    state.clear_faults()
+    for instance in state.expanded.instances:
+        meta = instance["metadata"]
+        response = await stack.metrics(meta["namespace"], meta["name"])
+        assert response.status_code == 200, (meta["name"], response.text)
+    for path in (f"{V1}/instances", f"{V1}/namespaces/team-a/instances"):
+        assert (await stack.as_aggregator(path)).status_code == 200
+    assert (await stack.as_aggregator(f"{V1}/namespaces/team-a/instances/qwen-a")).status_code == (
+        200
+    )
+    # Watch is refused by the worker itself, before any upstream call.
+    watch = await stack.as_aggregator(f"{V1}/namespaces/team-a/instances?watch=1")
+    assert watch.status_code == 405
+    # A bearer token sent to the worker directly: TokenReview, then SubjectAccessReview.
+    token = next(u.token for u in state.expanded.users if u.name == "no-metrics")
+    direct = await stack.request(
+        f"{V1}/namespaces/team-a/instances", headers=[("Authorization", f"Bearer {token}")]
+    )
+    assert direct.status_code == 200, direct.text
+    # The Device Manager's informer watches and its exporter reads the kubelet on its own
+    # schedule; wait for both rather than assume a round has run.
+    with trio.fail_after(30):
+        while not {("watch", ""), ("get", "proxy")} <= {
+            (r.verb, r.subresource) for r in seen if r.user == "device-manager"
+        }:
+            await trio.sleep(0.2)
+
+
+async def test_the_charts_rbac_grants_exactly_what_the_daemons_call(
+    tmp_path: Path, recorded: list[Request]
+) -> None:
+    async with open_worker_stack("nvidia-mixed", tmp_path) as stack:
+        await _exercise(stack, recorded)
+    daemons = [r for r in recorded if r.user in ACCOUNTS]
+    assert {r.user for r in daemons} == set(ACCOUNTS)
+    for values in (None, KIND_VALUES):
+        objects = render(files=(values,) if values else ())
+        for user, account in ACCOUNTS.items():
+            grants = grants_of(objects, account)
+            asked = {r for r in daemons if r.user == user}
+            refused = sorted(str(r) for r in asked if not any(g.allows(r) for g in grants))
+            assert not refused, f"{account} is not granted what its daemon calls: {refused}"
+            for grant in grants:
+                used = [r for r in asked if grant.allows(r)]
+                if grant.role in BUILTIN:
+                    continue  # Kubernetes' own role: checked as a binding below
+                for group, resource, verb in grant.atoms():
+                    needed = [
+                        r
+                        for r in used
+                        if r.verb == verb
+                        and r.group == group
+                        and (f"{r.resource}/{r.subresource}" if r.subresource else r.resource)
+                        == resource
+                    ]
+                    assert needed, (
+                        f"{grant.binding} grants {verb} {group or 'core'}/{resource}"
+                        f"{' in ' + grant.namespace if grant.namespace else ''}, "
+                        "which no code path of its daemon called"
+                    )
+            for role in {g.role for g in grants if g.role in BUILTIN}:
+                assert any(g.allows(r) for g in grants if g.role == role for r in asked), (
+                    f"{account}'s binding to {role} is used by no request"
+                )
+
+
+def test_a_cluster_wide_grant_is_not_used_for_a_namespaced_need() -> None:
+    """The evaluator itself: a RoleBinding's rule allows only in its own namespace."""
+    rule = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
+    scoped = Grant("b", ("Role", "r"), rule, NAMESPACE)
+    here = Request("worker", "list", "", "pods", "", NAMESPACE, "")
+    elsewhere = Request("worker", "list", "", "pods", "", "team-a", "")
+    cluster = Request("worker", "list", "", "pods", "", "", "")
+    assert scoped.allows(here)
+    assert not scoped.allows(elsewhere)
+    assert not scoped.allows(cluster)
+    sub = Grant("b", ("ClusterRole", "c"), {**rule, "resources": ["nodes"], "verbs": ["get"]}, None)
+    assert not sub.allows(Request("worker", "get", "", "nodes", "proxy", "", "n"))
