@@ -191,3 +191,29 @@ async def test_standalone_without_kubernetes(
         running.shutdown.set()
     assert "slices" not in body  # could not measure: absent, not empty
     assert body["groups"][0]["accelerators"][0]["memory"] == 81559
+
+
+async def test_scrapes_and_snapshots_ship_precompressed_bytes_and_revalidate(
+    stack: Stack,
+) -> None:
+    await stack.next_tick()
+    async with httpx.AsyncClient(verify=False, trust_env=False) as client:
+        for path in ("/monitor/snapshot", "/metrics"):
+            plain = await client.get(stack.url + path, headers={"Accept-Encoding": "identity"})
+            assert "content-encoding" not in plain.headers
+            zipped = await client.get(stack.url + path, headers={"Accept-Encoding": "gzip"})
+            if zipped.headers["etag"] != plain.headers["etag"]:
+                continue  # a tick or round landed between the two reads
+            assert zipped.headers["content-encoding"] == "gzip"
+            assert zipped.headers["vary"] == "Accept-Encoding"
+            assert zipped.content == plain.content  # httpx inflated it
+            assert int(zipped.headers["content-length"]) < len(plain.content)
+            again = await client.get(
+                stack.url + path, headers={"If-None-Match": plain.headers["etag"]}
+            )
+            if again.status_code == 200:  # a newer publication since: a new tag, a full body
+                assert again.headers["etag"] != plain.headers["etag"]
+            else:
+                assert again.status_code == 304
+                assert again.content == b""
+                assert again.headers["etag"] == plain.headers["etag"]

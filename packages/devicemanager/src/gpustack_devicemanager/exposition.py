@@ -12,6 +12,8 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPEN
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from gpustack_devicemanager.encoded import Encoded
+
 TEXT = CONTENT_TYPE_LATEST
 
 
@@ -45,19 +47,29 @@ class _RoundCollector(Collector):
 
 @dataclass(frozen=True)
 class Rendered:
-    """A round's exposition in both formats."""
+    """A round's exposition in both formats, each also gzipped once."""
 
-    text: bytes
-    openmetrics: bytes
+    text_body: Encoded
+    openmetrics_body: Encoded
+
+    @property
+    def text(self) -> bytes:
+        """The classic text exposition, uncompressed."""
+        return self.text_body.identity
+
+    @property
+    def openmetrics(self) -> bytes:
+        """The OpenMetrics exposition, uncompressed."""
+        return self.openmetrics_body.identity
 
 
 def render(families: Sequence[Family]) -> Rendered:
-    """Render once; scrapes choose a format and write bytes."""
+    """Render and compress once; scrapes choose a format and an encoding and write bytes."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_RoundCollector(families))
     return Rendered(
-        generate_text(registry),
-        generate_openmetrics(registry),  # type: ignore[no-untyped-call]
+        Encoded.of(generate_text(registry)),
+        Encoded.of(generate_openmetrics(registry)),  # type: ignore[no-untyped-call]
     )
 
 
@@ -71,8 +83,8 @@ class ExpositionHolder:
         """Swap in a round's bytes atomically."""
         self.current = rendered
 
-    def negotiate(self, accept: str) -> tuple[bytes, str]:
+    def negotiate(self, accept: str) -> tuple[Encoded, str]:
         """The body and content type for a scrape's ``Accept`` header."""
         if "application/openmetrics-text" in accept:
-            return self.current.openmetrics, OPENMETRICS
-        return self.current.text, TEXT
+            return self.current.openmetrics_body, OPENMETRICS
+        return self.current.text_body, TEXT

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import msgspec
 
 from gpustack_core.snapshot import MonitorSnapshot, encode_snapshot
+from gpustack_devicemanager.encoded import Encoded
 
 
 @dataclass(frozen=True)
@@ -14,8 +15,14 @@ class Published:
     """One tick's result: the snapshot, its bytes, and when (monotonic) it completed."""
 
     snapshot: MonitorSnapshot | None
-    body: bytes
+    encoded: Encoded
+    """The bytes as served: identity, gzip and the ``ETag``, all made by the tick."""
     completed_at: float | None
+
+    @property
+    def body(self) -> bytes:
+        """The snapshot's JSON, uncompressed."""
+        return self.encoded.identity
 
 
 def before_first_tick(period_seconds: int) -> bytes:
@@ -33,7 +40,7 @@ class SnapshotHolder:
     """
 
     def __init__(self, period_seconds: int) -> None:
-        self._published = Published(None, before_first_tick(period_seconds), None)
+        self._published = Published(None, Encoded.of(before_first_tick(period_seconds)), None)
 
     @property
     def current(self) -> Published:
@@ -42,6 +49,6 @@ class SnapshotHolder:
 
     def publish(self, snapshot: MonitorSnapshot, completed_at: float) -> Published:
         """Store a new tick's snapshot; the previous one is dropped."""
-        published = Published(snapshot, encode_snapshot(snapshot), completed_at)
+        published = Published(snapshot, Encoded.of(encode_snapshot(snapshot)), completed_at)
         self._published = published
         return published

@@ -16,6 +16,7 @@ import msgspec
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from gpustack_devicemanager.encoded import Encoded, accepts_gzip
 from gpustack_devicemanager.exposition import ExpositionHolder
 from gpustack_devicemanager.health import Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
@@ -23,6 +24,17 @@ from gpustack_kube.guard import RequestGuard, peer_is_loopback, plain_rejection
 
 JSON = "application/json"
 NOT_FOUND = "404 page not found\n"
+
+
+def _serve(encoded: Encoded, content_type: str) -> Response:
+    """The pre-made bytes: gzip when the client takes it, 304 when it has them already."""
+    headers = {"ETag": encoded.etag, "Vary": "Accept-Encoding"}
+    if encoded.matches(request.headers.get("If-None-Match", "")):
+        return Response(b"", status=304, headers=headers)
+    if accepts_gzip(request.headers.get("Accept-Encoding", "")):
+        headers["Content-Encoding"] = "gzip"
+        return Response(encoded.gzipped, content_type=content_type, headers=headers)
+    return Response(encoded.identity, content_type=content_type, headers=headers)
 
 
 def build_app(
@@ -40,14 +52,14 @@ def build_app(
     async def snapshot() -> Response:
         if request.method not in {"GET", "HEAD"}:
             return Response("method not allowed\n", status=405, headers={"Allow": "GET"})
-        return Response(holder.current.body, content_type=JSON)
+        return _serve(holder.current.encoded, JSON)
 
     @app.route("/metrics")
     async def metrics() -> Response:
         if exposition is None:
             return Response("404 page not found\n", status=404)
         body, content_type = exposition.negotiate(request.headers.get("Accept", ""))
-        return Response(body, content_type=content_type)
+        return _serve(body, content_type)
 
     @app.route("/readyz")
     async def readyz() -> Response:

@@ -9,9 +9,10 @@ own Device Manager. Accelerator failures are logged, never fatal.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +55,32 @@ class Unavailable(Exception):  # noqa: N818 — it is the HTTP status it becomes
     """No source could measure a started Instance: 503, naming each source and how it failed."""
 
 
+class SnapshotCache:
+    """Parsed snapshots by Device Manager URL, with the tag they were served under.
+
+    Bounded (oldest entry out first) so Device Managers that came and went cannot grow it
+    without limit. A cached snapshot is still subject to freshness on every read: a Device
+    Manager whose monitor stopped keeps answering ``304`` for a snapshot that grows stale.
+    """
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._entries: dict[str, tuple[str, MonitorSnapshot]] = {}
+        self.revalidated = 0
+        """How many reads a ``304`` answered; for tests and benchmarks."""
+
+    def get(self, base: str) -> tuple[str, MonitorSnapshot] | None:
+        """The tag and snapshot last read from ``base``."""
+        return self._entries.get(base)
+
+    def put(self, base: str, etag: str, snapshot: MonitorSnapshot) -> None:
+        """Remember ``snapshot`` as what ``base`` serves under ``etag``."""
+        self._entries.pop(base, None)
+        self._entries[base] = (etag, snapshot)
+        while len(self._entries) > self.limit:
+            del self._entries[next(iter(self._entries))]
+
+
 @dataclass
 class Sources:
     """What the subresource reads from; the Device Manager transport is a test seam."""
@@ -67,6 +94,9 @@ class Sources:
     without one, each read opens its own."""
     freshness: Freshness = DEFAULT_FRESHNESS_POLICY
     """The worker's own expectation of the Device Managers' period, never the snapshot's."""
+    snapshots: SnapshotCache = field(default_factory=SnapshotCache)
+    """The last snapshot of each Device Manager with its ``ETag``: an unchanged one is
+    revalidated (``304``, no body) instead of fetched and parsed again."""
 
 
 async def instance_metrics(
@@ -206,21 +236,45 @@ def device_manager_client(transport: httpx.AsyncBaseTransport | None = None) -> 
 
 async def _fetch(sources: Sources, base: str) -> MonitorSnapshot:
     if sources.device_managers is not None:
-        return await _read_snapshot(sources.device_managers, base)
+        return await _read_snapshot(sources.device_managers, base, sources.snapshots)
     async with device_manager_client(sources.device_manager_transport) as client:
-        return await _read_snapshot(client, base)
+        return await _read_snapshot(client, base, sources.snapshots)
 
 
-async def _read_snapshot(client: httpx.AsyncClient, base: str) -> MonitorSnapshot:
-    """GET the snapshot, 4 MiB at most; anything but 200 is an error."""
-    async with client.stream(
-        "GET", f"{base}/monitor/snapshot", headers={"Accept": "application/json"}
-    ) as response:
+async def _read_snapshot(
+    client: httpx.AsyncClient, base: str, cache: SnapshotCache
+) -> MonitorSnapshot:
+    """GET the snapshot (gzip welcome), revalidating the cached one by its ``ETag``.
+
+    The 4 MiB bound applies to the *decoded* bytes, counted as they are inflated, so a small
+    compressed body cannot make the worker hold more than a plain one could.
+    """
+    headers = {"Accept": "application/json", "Accept-Encoding": "gzip"}
+    cached = cache.get(base)
+    if cached is not None:
+        headers["If-None-Match"] = cached[0]
+    async with client.stream("GET", f"{base}/monitor/snapshot", headers=headers) as response:
+        if response.status_code == 304 and cached is not None:
+            cache.revalidated += 1
+            return cached[1]
         if response.status_code != 200:
             raise ValueError(f"answered {response.status_code}")
         body = bytearray()
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if len(body) > MAX_SNAPSHOT_BYTES:
-                raise ValueError(f"larger than {MAX_SNAPSHOT_BYTES} bytes")
-    return parse_snapshot(bytes(body))
+        chunks = response.aiter_bytes()
+        try:
+            async for chunk in chunks:
+                body += chunk
+                if len(body) > MAX_SNAPSHOT_BYTES:
+                    raise ValueError(f"larger than {MAX_SNAPSHOT_BYTES} bytes")
+        finally:
+            # Leaving early must not strand httpx's nested body iterators (they would warn
+            # at collection): close the response, then run the chain out, reading nothing.
+            await response.aclose()
+            with contextlib.suppress(Exception):
+                async for _ in chunks:
+                    pass
+        etag = response.headers.get("ETag")
+    snapshot = parse_snapshot(bytes(body))
+    if etag:
+        cache.put(base, etag, snapshot)
+    return snapshot
