@@ -18,10 +18,12 @@ from rich.console import Console
 
 from gpustack_cli.demo_view import accelerator_table, pod_table
 from gpustack_core.instance_metrics import InstanceMetrics
+from gpustack_kube.paths import INSTANCES
 from gpustack_simulator.demo import DemoRow
 from gpustack_simulator.up import Endpoints, UpError, down, up
 
 V1 = "/apis/worker.gpustack.ai/v1"
+INSTANCES_V1 = INSTANCES.with_version("v1")
 REFRESH_SECONDS = 5.0
 EXCERPT_FAMILIES = (
     "gpustack_instance_cpu_used_millicores",
@@ -53,13 +55,13 @@ class Reader:
 
     def rows(self) -> tuple[list[DemoRow], list[str]]:
         """Every Instance's metrics (rows) and the Instances that answered otherwise (why)."""
-        listed = self.api.get(f"{V1}/instances")
+        listed = self.api.get(INSTANCES_V1.path())
         listed.raise_for_status()
         rows: list[DemoRow] = []
         problems: list[str] = []
         for item in listed.json()["items"]:
             meta = item["metadata"]
-            path = f"{V1}/namespaces/{meta['namespace']}/instances/{meta['name']}/metrics"
+            path = INSTANCES_V1.path(meta["namespace"], meta["name"], "metrics")
             answer = self.api.get(path)
             if answer.status_code != 200:
                 message = answer.json().get("message", answer.text)
