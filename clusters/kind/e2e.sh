@@ -26,7 +26,10 @@ state="$repo/.e2e-kind"
 artifacts=${GPUSTACK_E2E_ARTIFACTS:-$state/artifacts}
 namespace=gpustack-system
 release=gpustack-operator
-image_repo=gpustack-operator
+# Fully qualified, so it is the same reference under docker and podman: podman names a short
+# `gpustack-operator` image `localhost/gpustack-operator`, which is not what a short reference
+# in the Pod resolves to on the kind nodes (containerd reads it as docker.io/library/...).
+image_repo=localhost/gpustack-operator
 image_tag=e2e
 image="$image_repo:$image_tag"
 

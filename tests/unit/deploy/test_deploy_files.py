@@ -106,6 +106,10 @@ def test_the_kind_values_use_the_image_e2e_sh_builds() -> None:
     assert f"image_repo={values['image']['repository']}\n" in script
     assert f"image_tag={values['image']['tag']}\n" in script
     assert values["image"]["pullPolicy"] != "Always"  # `kind load` puts it on the nodes
+    # Fully qualified: podman prefixes a short name with localhost/, docker does not, and the
+    # kind node's containerd reads a short name as docker.io/library/<name>.
+    registry = values["image"]["repository"].split("/", 1)[0]
+    assert registry == "localhost" or "." in registry or ":" in registry
     for entry in values["simulate"].values():
         assert (REPO / "recordings" / entry["recording"]).is_file()
 
