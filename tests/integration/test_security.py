@@ -15,7 +15,6 @@ import json
 import logging
 import ssl
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +26,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from hypercorn.config import Config
-from hypercorn.trio import serve
-from quart import Response
-from quart_trio import QuartTrio
-from worker_stack import WorkerStack, open_worker_stack
-
-from gpustack_kube.certs import self_signed
+from worker_stack import WorkerStack, open_worker_stack, serving_snapshot
 
 V1 = "/apis/worker.gpustack.ai/v1"
 METRICS = f"{V1}/namespaces/team-a/instances/llama-70b/metrics"
@@ -328,34 +321,6 @@ async def test_debug_decides_on_the_peer_not_the_host(mixed: WorkerStack) -> Non
 
 
 # -- malformed upstream answers ------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def serving_snapshot(body: bytes, folder: Path) -> AsyncIterator[int]:
-    """A Device Manager double serving one fixed snapshot over HTTPS; yields its port."""
-    app = QuartTrio(__name__)
-
-    @app.route("/monitor/snapshot")
-    async def snapshot() -> Response:
-        return Response(body, content_type="application/json")
-
-    folder.mkdir(exist_ok=True)
-    cert, key = self_signed(["127.0.0.1"], folder)
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.certfile, config.keyfile = str(cert), str(key)
-    config.accesslog = config.errorlog = None
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(
-            lambda task_status: serve(
-                app, config, shutdown_trigger=stop.wait, task_status=task_status
-            )
-        )
-        try:
-            yield int(binds[0].rsplit(":", 1)[1])
-        finally:
-            stop.set()
 
 
 async def _live_snapshot(stack: WorkerStack, *, with_slices: bool = False) -> dict[str, Any]:

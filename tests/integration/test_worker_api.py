@@ -14,7 +14,6 @@ import json
 import logging
 import signal
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +21,8 @@ import httpx
 import pytest
 import trio
 import trustme
-from hypercorn.config import Config
-from hypercorn.trio import serve
-from quart import Response
-from quart_trio import QuartTrio
-from worker_stack import WorkerStack, open_worker_stack
+from worker_stack import WorkerStack, open_worker_stack, serving_snapshot
 
-from gpustack_kube.certs import self_signed
 from gpustack_simulator.cluster.state import INSTANCE
 from gpustack_simulator.scenario import Fault
 
@@ -200,33 +194,6 @@ async def test_a_device_manager_that_is_gone_leaves_accelerators_absent(
     sample = sample_of(await mixed.metrics("team-a", "mig-3g"))
     assert "accelerators" not in sample
     assert sample["memoryUsedMiB"] > 0
-
-
-@asynccontextmanager
-async def serving_snapshot(body: bytes, folder: Path) -> AsyncIterator[int]:
-    """A stand-in Device Manager that serves one fixed snapshot over HTTPS; yields its port."""
-    app = QuartTrio(__name__)
-
-    @app.route("/monitor/snapshot")
-    async def snapshot() -> Response:
-        return Response(body, content_type="application/json")
-
-    cert, key = self_signed(["127.0.0.1"], folder)
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.certfile, config.keyfile = str(cert), str(key)
-    config.accesslog = config.errorlog = None
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(
-            lambda task_status: serve(
-                app, config, shutdown_trigger=stop.wait, task_status=task_status
-            )
-        )
-        try:
-            yield int(binds[0].rsplit(":", 1)[1])
-        finally:
-            stop.set()
 
 
 async def test_a_stale_snapshot_is_dropped_and_logged(

@@ -21,7 +21,12 @@ from typing import Any
 
 import httpx
 import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve as hypercorn_serve
+from quart import Response
+from quart_trio import QuartTrio
 
+from gpustack_kube.certs import self_signed
 from gpustack_kube.config import load_config
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.procfs import write_procfs
@@ -186,3 +191,31 @@ async def open_worker_stack(scenario: str, tmp: Path) -> AsyncIterator[WorkerSta
         finally:
             cluster.state.set_worker(None)
             running.shutdown.set()
+
+
+@asynccontextmanager
+async def serving_snapshot(body: bytes, folder: Path) -> AsyncIterator[int]:
+    """A Device Manager double serving one fixed snapshot over HTTPS; yields its port."""
+    app = QuartTrio(__name__)
+
+    @app.route("/monitor/snapshot")
+    async def snapshot() -> Response:
+        return Response(body, content_type="application/json")
+
+    folder.mkdir(exist_ok=True)
+    cert, key = self_signed(["127.0.0.1"], folder)
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.certfile, config.keyfile = str(cert), str(key)
+    config.accesslog = config.errorlog = None
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(
+            lambda task_status: hypercorn_serve(
+                app, config, shutdown_trigger=stop.wait, task_status=task_status
+            )
+        )
+        try:
+            yield int(binds[0].rsplit(":", 1)[1])
+        finally:
+            stop.set()
