@@ -117,3 +117,20 @@ async def test_a_hung_kubelet_read_is_bounded(autojump_clock: trio.testing.MockC
             await cache.get("n1")
         assert trio.current_time() - start == pytest.approx(10)
         background.cancel_scope.cancel()
+
+
+async def test_nodes_nobody_reads_are_evicted(autojump_clock: trio.testing.MockClock) -> None:
+    kubelets = Kubelets()
+    kubelets.delay = 0
+    async with trio.open_nursery() as background:
+        cache = SummaryCache(kubelets.read, background, max_age=15)
+        for i in range(100):
+            await cache.get(f"drained-{i}")
+        assert len(cache.cached_nodes) == 100
+        await trio.sleep(16)  # every drained node's summary is now past max_age
+        await cache.get("busy")
+        assert cache.cached_nodes == {"busy"}
+        await trio.sleep(10)  # within max_age: the busy node's summary is still served
+        await cache.get("busy")
+        assert kubelets.reads["busy"] == 1
+        background.cancel_scope.cancel()

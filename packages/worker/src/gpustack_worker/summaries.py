@@ -60,6 +60,7 @@ class SummaryCache:
         self._cached: dict[str, tuple[float, Summary]] = {}
         self._flights: dict[str, _Flight] = {}
         self._reads = self._hits = self._shared = 0
+        self._swept_at = -float("inf")
 
     async def get(self, node: str) -> Summary:
         """The node's summary, at most ``max_age`` old; raises what the read raised."""
@@ -88,10 +89,30 @@ class SummaryCache:
         except Exception as exc:  # handed to every waiter; never cached
             flight.error = exc
         else:
-            self._cached[node] = (trio.current_time(), flight.summary)
+            now = trio.current_time()
+            self._cached[node] = (now, flight.summary)
+            self._sweep(now)
         finally:
             del self._flights[node]
             flight.done.set()
+
+    def _sweep(self, now: float) -> None:
+        """Drop summaries past ``max_age``: they are never served again, only held.
+
+        A node nobody reads any more (drained, deleted, its Instances gone) would otherwise
+        keep its last summary for the worker's lifetime. Swept at most once per ``max_age``,
+        so the cost stays one pass over the nodes per freshness period.
+        """
+        if now - self._swept_at < self._max_age:
+            return
+        self._swept_at = now
+        for node in [n for n, (at, _) in self._cached.items() if now - at > self._max_age]:
+            del self._cached[node]
+
+    @property
+    def cached_nodes(self) -> frozenset[str]:
+        """The nodes whose summary is held now."""
+        return frozenset(self._cached)
 
     def statistics(self) -> CacheStatistics:
         """Counters for the load test and ``/debug``."""
