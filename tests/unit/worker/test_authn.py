@@ -15,6 +15,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpustack_worker import authn
 from gpustack_worker.authn import (
     AuthenticationSettings,
     Authenticator,
@@ -547,3 +548,42 @@ def test_user_info_is_frozen_and_hashable_with_extra() -> None:
     assert {user: 1}[same] == 1
     with pytest.raises(TypeError):
         user.extra["scopes"] = ()  # type: ignore[index]
+
+
+# --- the verified-chain memory -----------------------------------------------------------------
+
+
+async def test_a_verified_chain_is_remembered_until_it_expires(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[int] = []
+    real = authn._Verifier._verify
+
+    def counting(self: object, leaf: object, intermediates: object) -> object:
+        calls.append(1)
+        return real(self, leaf, intermediates)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(authn._Verifier, "_verify", counting)
+    authenticator = Authenticator(front_proxy_settings())
+    for _ in range(50):
+        user = await authenticator.authenticate(PROXY_CERT, IDENTITY)
+        assert user.name == "alice"
+    assert len(calls) == 1  # one OpenSSL verification for fifty requests
+    # the verdict lasts only until the chain's earliest notAfter: past it, verify again
+    verifier = authenticator._front_proxy
+    assert verifier is not None
+    [(fingerprint, until)] = verifier._verified.items()
+    assert until == x509.load_der_x509_certificate(PROXY_CERT[0]).not_valid_after_utc
+    verifier._verified[fingerprint] = NOW - datetime.timedelta(seconds=1)
+    await authenticator.authenticate(PROXY_CERT, IDENTITY)
+    assert len(calls) == 2
+
+
+async def test_a_refused_chain_is_never_remembered() -> None:
+    stranger = [kubeadm_cert(STRANGER_CA, "front-proxy-client")]
+    authenticator = Authenticator(front_proxy_settings())
+    for _ in range(2):
+        with pytest.raises(Unauthenticated):
+            await authenticator.authenticate(stranger, IDENTITY)
+    assert authenticator._front_proxy is not None
+    assert authenticator._front_proxy._verified == {}

@@ -22,10 +22,12 @@ import json
 import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from OpenSSL import crypto
 
@@ -291,7 +293,14 @@ class _Rejected(Exception):  # noqa: N818 — internal; becomes Unauthenticated
 class _Verifier:
     """One CA bundle, parsed once, verifying presented chains the way Go's x509 does."""
 
+    CACHE_LIMIT = 1024
+    """Distinct verified chains remembered; the aggregator presents one, a few clients more."""
+
     def __init__(self, key: str, pem: bytes) -> None:
+        self._verified: dict[bytes, datetime] = {}
+        """Chain fingerprint → when its earliest certificate expires. A verifier lives as long
+        as its CA bundle (a changed bundle builds a new one), so a remembered verdict is
+        always one this bundle gave."""
         self._store = crypto.X509Store()
         # dict.fromkeys: bundles merged from several API servers repeat their CAs.
         for certificate in dict.fromkeys(_require_certificates(key, pem)):
@@ -300,6 +309,26 @@ class _Verifier:
         self._store.set_flags(crypto.X509StoreFlags.PARTIAL_CHAIN)
 
     def verify(self, leaf: x509.Certificate, intermediates: Sequence[x509.Certificate]) -> None:
+        """Verify the chain, or find it verified before and not expired since.
+
+        The aggregator presents the same front-proxy chain on every request; verifying it
+        each time was a noticeable share of a request's CPU. A success is remembered by the
+        SHA-256 of every certificate presented, until the earliest ``notAfter`` of the
+        verified chain; a failure is never remembered.
+        """
+        fingerprint = b"".join(c.fingerprint(hashes.SHA256()) for c in (leaf, *intermediates))
+        now = datetime.now(UTC)
+        until = self._verified.get(fingerprint)
+        if until is not None and now < until:
+            return
+        chain = self._verify(leaf, intermediates)
+        if len(self._verified) >= self.CACHE_LIMIT:
+            self._verified.clear()
+        self._verified[fingerprint] = min(c.not_valid_after_utc for c in chain)
+
+    def _verify(
+        self, leaf: x509.Certificate, intermediates: Sequence[x509.Certificate]
+    ) -> list[x509.Certificate]:
         context = crypto.X509StoreContext(
             self._store,
             crypto.X509.from_cryptography(leaf),
@@ -311,6 +340,7 @@ class _Verifier:
             raise _rejection(exc) from exc
         for certificate in chain:
             _check_client_usage(certificate)
+        return chain
 
 
 def _rejection(exc: crypto.X509StoreContextError) -> _Rejected:
