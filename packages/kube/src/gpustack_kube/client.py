@@ -10,14 +10,16 @@ import contextlib
 import json
 import logging
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import trio
 
+from gpustack_kube.backoff import Backoff
 from gpustack_kube.config import KubeConfig
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,23 @@ TOKEN_REREAD_SECONDS = 60.0
 """How long a token read from a file is reused; client-go rereads on the same period."""
 
 Params = Mapping[str, str | int | bool]
+
+T = TypeVar("T")
+
+DEFAULT_RETRY = Backoff(initial=0.01, maximum=0.01, factor=1.0, jitter=0.1)
+"""client-go's ``retry.DefaultRetry``: five tries about 10 ms apart. A conflict means another
+writer just won; its write is already visible, so a re-read and retry soon succeeds."""
+
+
+class PatchType(StrEnum):
+    """The three patch formats, by the Content-Type that selects each."""
+
+    MERGE = "application/merge-patch+json"
+    """RFC 7386: objects merge, lists are replaced whole, ``null`` deletes a key."""
+    STRATEGIC = "application/strategic-merge-patch+json"
+    """Built-in kinds only: lists with a patch key (containers by name) merge item by item."""
+    JSON = "application/json-patch+json"
+    """RFC 6902: a list of operations; ``test`` makes a patch conditional."""
 
 
 class KubeError(Exception):
@@ -53,7 +72,11 @@ class ApiError(KubeError):
 
     @classmethod
     def from_response(cls, status: int, phrase: str, body: bytes) -> ApiError:
-        """Read the ``Status`` body when there is one; proxies and kubelets may send text."""
+        """Read the ``Status`` body when there is one; proxies and kubelets may send text.
+
+        The answer is the subclass for its code (``NotFound`` for 404, …), whichever class
+        this is called on, so ``except NotFound`` works the way ``errors.IsNotFound`` does.
+        """
         try:
             decoded = json.loads(body)
         except ValueError:
@@ -61,7 +84,7 @@ class ApiError(KubeError):
         if isinstance(decoded, dict) and decoded.get("kind") == "Status":
             return cls.from_status(decoded, body, default_code=status, default_reason=phrase)
         text = body.decode("utf-8", "replace").strip()
-        return cls(status, phrase, text[:500], body)
+        return _error_class(status, phrase)(status, phrase, text[:500], body)
 
     @classmethod
     def from_status(
@@ -72,16 +95,106 @@ class ApiError(KubeError):
         default_code: int = 500,
         default_reason: str = "",
     ) -> ApiError:
-        """An ApiError from a decoded ``Status`` object (error body or watch ERROR event)."""
+        """The typed error for a decoded ``Status`` (error body or watch ERROR event)."""
         code = status.get("code")
         reason = status.get("reason")
         message = status.get("message")
-        return cls(
-            code if isinstance(code, int) else default_code,
-            reason if isinstance(reason, str) and reason else default_reason,
-            message if isinstance(message, str) else "",
-            body,
-        )
+        status_code = code if isinstance(code, int) else default_code
+        status_reason = reason if isinstance(reason, str) and reason else default_reason
+        kind = _error_class(status_code, status_reason)
+        return kind(status_code, status_reason, message if isinstance(message, str) else "", body)
+
+
+class BadRequest(ApiError):  # noqa: N818 — the Status reason's name, as apimachinery's errors
+    """400: the request itself is wrong (a malformed patch, a bad selector)."""
+
+
+class Unauthorized(ApiError):  # noqa: N818 — the Status reason's name, as apimachinery's errors
+    """401: the credential was not accepted (expired, revoked, or none was sent)."""
+
+
+class Forbidden(ApiError):  # noqa: N818 — the Status reason's name, as apimachinery's errors
+    """403: authenticated, but RBAC (or an admission plugin) refuses the verb."""
+
+
+class NotFound(ApiError):  # noqa: N818 — the Status reason's name, as apimachinery's errors
+    """404: no such object, namespace or resource type."""
+
+
+class Conflict(ApiError):  # noqa: N818 — the Status reason's name, as apimachinery's errors
+    """409: a write based on a stale ``resourceVersion`` or a failed precondition.
+
+    Re-read and try again (:func:`retry_on_conflict`); ``AlreadyExists`` is the one 409
+    that retrying cannot fix.
+    """
+
+
+class AlreadyExists(Conflict):
+    """409 with reason ``AlreadyExists``: a create found the name taken."""
+
+
+class Gone(ApiError):  # noqa: N818 — the Status reason's name, as apimachinery's errors
+    """410: the resourceVersion asked for is no longer in the server's history."""
+
+
+class Invalid(ApiError):  # noqa: N818 — the Status reason's name, as apimachinery's errors
+    """422: the object fails validation; the message names the fields."""
+
+
+class TooManyRequests(ApiError):  # noqa: N818 — the Status reason's name, as apimachinery's errors
+    """429: the server's priority-and-fairness queue is full; back off and retry."""
+
+
+class ServerError(ApiError):
+    """5xx: the API server (or something in front of it) failed; the request may be retried."""
+
+
+_BY_CODE: dict[int, type[ApiError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    422: Invalid,
+    429: TooManyRequests,
+}
+
+
+def _error_class(code: int, reason: str) -> type[ApiError]:
+    """The subclass for a code; the reason only tells ``AlreadyExists`` from other 409s."""
+    if code == 409 and reason == "AlreadyExists":
+        return AlreadyExists
+    if 500 <= code <= 599:
+        return ServerError
+    return _BY_CODE.get(code, ApiError)
+
+
+async def retry_on_conflict(
+    fn: Callable[[], Awaitable[T]],
+    *,
+    attempts: int = 5,
+    backoff: Backoff = DEFAULT_RETRY,
+) -> T:
+    """Run ``fn`` until it does not raise ``Conflict``, as client-go's ``RetryOnConflict``.
+
+    ``fn`` must re-read what it writes each time: retrying the same stale body would conflict
+    again. Only a ``Conflict`` is retried — an ``AlreadyExists`` will not go away, and any
+    other error is the caller's to judge. After ``attempts`` tries the last ``Conflict`` is
+    raised.
+    """
+    if attempts < 1:
+        raise ValueError("attempts must be at least 1")
+    for attempt in range(1, attempts + 1):
+        try:
+            return await fn()
+        except AlreadyExists:
+            raise
+        except Conflict:
+            if attempt == attempts:
+                raise
+            await trio.sleep(backoff.delay(attempt))
+    raise AssertionError("unreachable")  # pragma: no cover — the loop returns or raises
 
 
 class TooLarge(KubeError):  # noqa: N818 — the name the callers were promised
@@ -183,12 +296,13 @@ class KubeClient:
         *,
         params: Params | None = None,
         content: bytes | None = None,
+        content_type: str = "application/json",
         timeout: httpx.Timeout | None = None,
     ) -> httpx.Response:
         """Send and return the response with its body unread (the caller must close it)."""
         headers = self._headers()
         if content is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         request = self._http.build_request(
             method,
             path,
@@ -251,11 +365,97 @@ class KubeClient:
         response = await self._send("GET", path, params=params)
         return await self._read(response, path, limit)
 
-    async def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """POST a JSON object (reviews) and return the JSON answer."""
+    async def _write(
+        self,
+        method: str,
+        path: str,
+        body: object,
+        *,
+        params: Params | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
         content = json.dumps(body, separators=(",", ":")).encode()
-        response = await self._send("POST", path, content=content)
-        return _decode_object(await self._read(response, path, None), f"POST {path}")
+        response = await self._send(
+            method, path, params=params, content=content, content_type=content_type
+        )
+        return _decode_object(await self._read(response, path, None), f"{method} {path}")
+
+    async def create(
+        self, path: str, body: Mapping[str, Any], *, params: Params | None = None
+    ) -> dict[str, Any]:
+        """POST ``body`` to a collection path and return the object as the server stored it.
+
+        The answer carries what the server filled in (``uid``, ``resourceVersion``, defaults);
+        a taken name is ``AlreadyExists``. ``params`` take ``dryRun``, ``fieldManager``, ….
+        """
+        return await self._write("POST", path, body, params=params)
+
+    async def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a JSON object (reviews) and return the JSON answer: :meth:`create` by its verb."""
+        return await self.create(path, body)
+
+    async def update(
+        self, path: str, body: Mapping[str, Any], *, params: Params | None = None
+    ) -> dict[str, Any]:
+        """PUT the whole object to its path (or its ``/status`` path).
+
+        With ``metadata.resourceVersion`` in ``body`` the server applies it only over that
+        version and answers ``Conflict`` otherwise — optimistic concurrency, the reason to
+        prefer this over a patch when the write depends on what was read.
+        """
+        return await self._write("PUT", path, body, params=params)
+
+    async def patch(
+        self,
+        path: str,
+        body: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        patch_type: PatchType = PatchType.MERGE,
+        *,
+        params: Params | None = None,
+    ) -> dict[str, Any]:
+        """PATCH an object (or its ``/status``) and return the result.
+
+        A JSON patch is a list of operations; merge and strategic patches are objects. The
+        shape is checked here, because the server's answer to a mismatch ("cannot unmarshal
+        array into Go value") does not say which call sent it.
+        """
+        patch_type = PatchType(patch_type)
+        if patch_type is PatchType.JSON:
+            if isinstance(body, Mapping | str | bytes):
+                raise TypeError("a JSON patch is a list of operations")
+            payload: object = [dict(op) for op in body]
+        else:
+            if not isinstance(body, Mapping):
+                raise TypeError(f"a {patch_type.name.lower()} patch is an object")
+            payload = body
+        return await self._write(
+            "PATCH", path, payload, params=params, content_type=patch_type.value
+        )
+
+    async def delete(
+        self,
+        path: str,
+        *,
+        propagation_policy: str | None = None,
+        preconditions: Mapping[str, str] | None = None,
+        grace_period_seconds: int | None = None,
+        params: Params | None = None,
+    ) -> dict[str, Any]:
+        """DELETE an object, with its options as a ``DeleteOptions`` body (as client-go sends).
+
+        ``propagation_policy`` is ``Orphan``, ``Background`` or ``Foreground``;
+        ``preconditions`` (``uid``, ``resourceVersion``) make the delete a ``Conflict`` when
+        the object is no longer the one that was read. The answer is the object (still
+        present, with ``deletionTimestamp``, while finalizers hold it) or a success ``Status``.
+        """
+        options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if propagation_policy is not None:
+            options["propagationPolicy"] = propagation_policy
+        if preconditions is not None:
+            options["preconditions"] = dict(preconditions)
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        return await self._write("DELETE", path, options, params=params)
 
     async def watch(
         self, path: str, params: Params | None = None
