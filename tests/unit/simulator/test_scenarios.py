@@ -34,7 +34,6 @@ from gpustack_core.pods import (
     is_ready,
     pod_from_object,
 )
-from gpustack_simulator import scenario as scenario_module
 from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.scenario import (
@@ -52,6 +51,7 @@ from gpustack_simulator.scenario import (
     parse_scenario,
     token_for,
 )
+from gpustack_simulator.scenario import loading as scenario_loading
 
 COMMITTED = sorted(SCENARIOS_DIR.glob("*.yaml"))
 NAMES = [p.stem for p in COMMITTED]
@@ -931,7 +931,7 @@ def test_find_scenario_reads_the_module_setting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "mine.yaml").write_text(f"schema: {SCHEMA}\n")
-    monkeypatch.setattr(scenario_module, "SCENARIOS_DIR", tmp_path)
+    monkeypatch.setattr(scenario_loading, "SCENARIOS_DIR", tmp_path)
     assert find_scenario("mine") == tmp_path / "mine.yaml"
 
 

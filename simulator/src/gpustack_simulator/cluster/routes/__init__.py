@@ -1,0 +1,1 @@
+"""One module per endpoint family; ``cluster.app`` composes them into one dispatcher."""

@@ -1,0 +1,59 @@
+"""The kube-aggregator in front of ``worker.gpustack.ai/v1``: front-proxy cert and headers."""
+
+from __future__ import annotations
+
+import ssl
+
+import httpx
+from quart import Response, request
+
+from gpustack_core.status import StatusError
+from gpustack_simulator.cluster.routes.base import Caller, RouteBase
+
+
+class AggregatorRoutes(RouteBase):
+    """Forwards to the worker as the APIService would, with ``X-Remote-*`` identity."""
+
+    async def aggregate(self, caller: Caller, rest: str = "") -> Response:
+        """Forward to the worker with the caller's identity; 503 while no worker is set."""
+        url = self.state.worker_url
+        if url is None:
+            raise StatusError(503, "the server is currently unable to handle the request")
+        # The path as the client sent it, still escaped: forwarding the decoded one would turn
+        # an escaped ``#`` or ``?`` in a name into a fragment or a query on the worker's side.
+        raw_path = request.scope.get("raw_path") or request.path.encode()
+        target = url.rstrip("/") + raw_path.decode("ascii", "replace")
+        if request.query_string:
+            target += "?" + request.query_string.decode()
+        headers = [("X-Remote-User", caller.name)]
+        headers += [("X-Remote-Group", group) for group in caller.groups]
+        for name in ("Accept", "Content-Type", "User-Agent"):
+            if name in request.headers:
+                headers.append((name, request.headers[name]))
+        try:
+            async with httpx.AsyncClient(
+                verify=self._worker_tls(), timeout=15, trust_env=False
+            ) as client:
+                answer = await client.request(
+                    request.method, target, headers=headers, content=await request.get_data()
+                )
+        except httpx.HTTPError as exc:
+            raise StatusError(503, f"error trying to reach service: {exc}") from exc
+        keep = {
+            k: v
+            for k, v in answer.headers.items()
+            if k.lower() in {"content-type", "cache-control", "audit-id"}
+        }
+        return Response(answer.content, status=answer.status_code, headers=keep)
+
+    def _worker_tls(self) -> ssl.SSLContext:
+        """Present the front-proxy client certificate; verify the worker if its CA is known.
+
+        Without a CA this matches an ``APIService`` with ``insecureSkipTLSVerify``.
+        """
+        context = ssl.create_default_context(cafile=self.state.worker_ca)
+        if self.state.worker_ca is None:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        context.load_cert_chain(str(self.state.pki.front_proxy_client))
+        return context

@@ -1,0 +1,124 @@
+"""RBAC as the API server's authorizer decides it, and the users every scenario carries.
+
+The stand-in authorizes every request and answers SubjectAccessReviews from these rules, so a
+daemon that needs a permission its chart does not grant fails here as it would on a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpustack_core.instance_metrics import API_GROUP
+from gpustack_simulator.scenario.schema import MASTERS, SYSTEM_NAMESPACE, Rule, UserDoc
+
+
+def _rule_matches(
+    rule: Rule, verb: str, group: str, resource: str, subresource: str, namespace: str, name: str
+) -> bool:
+    """Kubernetes' ``RuleAllows``: a rule on ``instances`` never grants ``instances/metrics``."""
+    if rule.namespaces and namespace not in rule.namespaces:
+        return False
+    if "*" not in rule.verbs and verb not in rule.verbs:
+        return False
+    if "*" not in rule.api_groups and group not in rule.api_groups:
+        return False
+    combined = f"{resource}/{subresource}" if subresource else resource
+    resource_ok = any(
+        spelled in {"*", combined} or (subresource != "" and spelled == f"*/{subresource}")
+        for spelled in rule.resources
+    )
+    if not resource_ok:
+        return False
+    return not rule.resource_names or name in rule.resource_names
+
+
+def allowed(
+    users_rules: Mapping[str, Sequence[Rule]],
+    user: str,
+    groups: Sequence[str],
+    *,
+    verb: str,
+    group: str,
+    resource: str,
+    subresource: str = "",
+    namespace: str = "",
+    name: str = "",
+) -> tuple[bool, str]:
+    """Decide a SubjectAccessReview; the string is the review's ``reason``.
+
+    Rules are additive and there is no deny, exactly as RBAC: the first rule that matches
+    allows, and ``system:masters`` is allowed everything without any rule, as the API server's
+    superuser group is. The denial reason names what was asked, so a failing test says which
+    permission the scenario's user lacked.
+    """
+    if MASTERS in groups:
+        return True, f'allowed: user "{user}" is in group "{MASTERS}"'
+    for index, rule in enumerate(users_rules.get(user, ())):
+        if _rule_matches(rule, verb, group, resource, subresource, namespace, name):
+            return True, f'allowed by rule {index} of user "{user}"'
+    what = f"{resource}/{subresource}" if subresource else resource
+    where = f' in namespace "{namespace}"' if namespace else ""
+    return False, (
+        f'user "{user}" has no rule allowing "{verb}" on "{what}" in API group "{group}"{where}'
+    )
+
+
+def _rule(groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str], **kw: Any) -> Rule:
+    return Rule(api_groups=tuple(groups), resources=tuple(resources), verbs=tuple(verbs), **kw)
+
+
+def _daemon_rules() -> tuple[Rule, ...]:
+    """What the worker and the Device Manager call, and nothing else.
+
+    The chart grants the same narrow roles; the stand-in grants only what the daemons use so a
+    new, unreviewed call shows up as a 403 in a test rather than passing unnoticed.
+    """
+    read = ("get", "list", "watch")
+    return (
+        _rule([""], ["pods"], read),
+        _rule([""], ["nodes"], ["get", "list"]),
+        _rule([""], ["nodes/proxy"], ["get"]),
+        _rule([""], ["configmaps"], ["get"], namespaces=("kube-system",)),
+        _rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
+        _rule(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
+        _rule(["metrics.k8s.io"], ["pods"], ["get", "list"]),
+        _rule([API_GROUP], ["instances"], read),
+        _rule([API_GROUP], ["instances/metrics"], ["get"]),
+    )
+
+
+def builtin_users() -> tuple[UserDoc, ...]:
+    """The users every scenario has, each shaped after a question a test asks of RBAC."""
+    service = ("system:serviceaccounts", f"system:serviceaccounts:{SYSTEM_NAMESPACE}")
+    return (
+        # Bound both ways, as a kubeadm admin is: a review naming the user without its groups
+        # (a SubjectAccessReview carries only what the caller put in it) is still allowed.
+        UserDoc(
+            name="admin",
+            groups=(MASTERS, "system:authenticated"),
+            rules=(_rule(["*"], ["*"], ["*"]),),
+        ),
+        UserDoc(
+            name="no-metrics",
+            groups=("system:authenticated",),
+            rules=(_rule([API_GROUP], ["instances"], ["get", "list", "watch"]),),
+        ),
+        UserDoc(
+            name="device-manager",
+            groups=(*service, "system:authenticated"),
+            rules=_daemon_rules(),
+        ),
+        UserDoc(name="worker", groups=(*service, "system:authenticated"), rules=_daemon_rules()),
+        # What Prometheus' `kubernetes_sd_configs` (role: endpoints) lists and watches, and
+        # nothing else: a scrape setup reaching for more shows up as a 403.
+        UserDoc(
+            name="prometheus",
+            groups=(
+                "system:serviceaccounts",
+                "system:serviceaccounts:monitoring",
+                "system:authenticated",
+            ),
+            rules=(_rule([""], ["pods", "services", "endpoints"], ("get", "list", "watch")),),
+        ),
+    )
