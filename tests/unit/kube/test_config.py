@@ -177,8 +177,32 @@ def test_insecure_skip_verify(tmp_path: Path) -> None:
             "cannot be combined with a certificate authority",
         ),
         (
+            kubeconfig(user={"exec": {"apiVersion": "client.authentication.k8s.io/v1"}}),
+            "users[1].user.exec.command: missing",
+        ),
+        (
             kubeconfig(user={"exec": {"command": "aws"}}),
-            "users[1].user.exec: not supported",
+            "users[1].user.exec.apiVersion: None is not one of",
+        ),
+        (
+            kubeconfig(
+                user={
+                    "exec": {
+                        "command": "x",
+                        "apiVersion": "client.authentication.k8s.io/v1alpha1",
+                    }
+                }
+            ),
+            "users[1].user.exec.apiVersion: 'client.authentication.k8s.io/v1alpha1' is not",
+        ),
+        (
+            kubeconfig(user={"auth-provider": {"name": "gcp", "config": {}}}),
+            "users[1].user.auth-provider: gcp is no longer supported by Kubernetes clients; "
+            "use the gke-gcloud-auth-plugin exec plugin",
+        ),
+        (
+            kubeconfig(user={"auth-provider": {"name": "azure"}}),
+            "use the kubelogin (Azure/kubelogin) exec plugin",
         ),
         (
             kubeconfig(user={"client-certificate-data": b64(b"cert")}),

@@ -11,6 +11,7 @@ import json
 import logging
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 import httpx
 import trio
 
+from gpustack_kube.auth import ExecAuthenticator, ExecCredential, ExecPluginError
 from gpustack_kube.backoff import Backoff
 from gpustack_kube.config import KubeConfig
 
@@ -210,6 +212,10 @@ class TransportError(KubeError):
     """The API server could not be reached or the connection broke (timeouts included)."""
 
 
+class AuthenticationError(KubeError):
+    """The kubeconfig's credential plugin failed; the message says how (and how to install it)."""
+
+
 class MalformedResponseError(KubeError):
     """A 2xx answer whose body is not what the API promises (not JSON, not an object)."""
 
@@ -235,24 +241,49 @@ class KubeClient:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        """``clock`` is the wall clock an exec credential's expiry is read against."""
         self.config = config
         self.timeout = timeout
         self._token = config.token
         self._token_read_at = -float("inf")
-        # With a transport given (tests), TLS is the transport's business; building the
-        # context anyway would make every test carry real certificates.
-        verify: ssl.SSLContext | bool = True if transport is not None else config.ssl_context()
-        self._http = httpx.AsyncClient(
-            base_url=config.server,
-            transport=transport,
+        self._transport = transport
+        self.exec_auth: ExecAuthenticator | None = (
+            ExecAuthenticator(
+                config.exec,
+                server=config.server,
+                ca_data=config.ca_data,
+                insecure=config.insecure,
+                clock=clock,
+            )
+            if config.exec is not None
+            else None
+        )
+        """The kubeconfig's exec plugin, when it has one; tests read its ``runs``."""
+        self._client_cert = config.client_cert
+        self._retired: list[httpx.AsyncClient] = []
+        self._http = self._pool()
+
+    def _pool(self) -> httpx.AsyncClient:
+        """A connection pool presenting ``_client_cert``.
+
+        With a transport given (tests), TLS is the transport's business; building the context
+        anyway would make every test carry real certificates.
+        """
+        verify: ssl.SSLContext | bool = (
+            True if self._transport is not None else self.config.ssl_context(self._client_cert)
+        )
+        return httpx.AsyncClient(
+            base_url=self.config.server,
+            transport=self._transport,
             verify=verify,
             http1=True,
             http2=False,
             # The daemons talk to the API server directly; an HTTPS_PROXY meant for image
             # pulls or a workstation's browser must not reroute (or break) that.
             trust_env=False,
-            timeout=httpx.Timeout(timeout),
+            timeout=httpx.Timeout(self.timeout),
             headers={"Accept": "application/json", "User-Agent": "gpustack-kube/0.1"},
         )
 
@@ -269,10 +300,37 @@ class KubeClient:
 
     async def aclose(self) -> None:
         """Close the pool; the client cannot be used afterwards."""
-        await self._http.aclose()
+        for pool in (*self._retired, self._http):
+            await pool.aclose()
+        self._retired.clear()
 
-    def _headers(self) -> dict[str, str]:
-        token = self._current_token()
+    async def _credential(self) -> ExecCredential | None:
+        """The exec plugin's current credential, switching pools when its certificate changed.
+
+        A TLS client certificate is fixed per connection, so a rotated one needs a new pool.
+        The previous pool is kept open (a watch may still be streaming on it) until the next
+        rotation, by when any such stream has long been re-opened on the newer pool.
+        """
+        if self.exec_auth is None:
+            return None
+        try:
+            credential = await self.exec_auth.credential()
+        except ExecPluginError as exc:
+            raise AuthenticationError(str(exc)) from exc
+        if credential.client_cert is not None and credential.client_cert != self._client_cert:
+            self._client_cert = credential.client_cert
+            for pool in self._retired:
+                await pool.aclose()
+            self._retired = [self._http]
+            self._http = self._pool()
+        return credential
+
+    def _headers(self, credential: ExecCredential | None) -> dict[str, str]:
+        token = (
+            credential.token
+            if credential is not None and credential.token
+            else self._current_token()
+        )
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     def _current_token(self) -> str | None:
@@ -299,22 +357,34 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: httpx.Timeout | None = None,
     ) -> httpx.Response:
-        """Send and return the response with its body unread (the caller must close it)."""
-        headers = self._headers()
-        if content is not None:
-            headers["Content-Type"] = content_type
-        request = self._http.build_request(
-            method,
-            path,
-            params=_query(params),
-            content=content,
-            headers=headers,
-            timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-        )
-        try:
-            return await self._http.send(request, stream=True)
-        except httpx.TransportError as exc:
-            raise TransportError(f"{method} {path}: {exc!r}") from exc
+        """Send and return the response with its body unread (the caller must close it).
+
+        A 401 to an exec plugin's credential re-runs the plugin and sends once more, as
+        client-go does: the credential may have been revoked before its stated expiry.
+        """
+        for attempt in (1, 2):
+            credential = await self._credential()
+            headers = self._headers(credential)
+            if content is not None:
+                headers["Content-Type"] = content_type
+            request = self._http.build_request(
+                method,
+                path,
+                params=_query(params),
+                content=content,
+                headers=headers,
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+            try:
+                response = await self._http.send(request, stream=True)
+            except httpx.TransportError as exc:
+                raise TransportError(f"{method} {path}: {exc!r}") from exc
+            if response.status_code != 401 or credential is None or attempt == 2:
+                return response
+            await response.aclose()
+            assert self.exec_auth is not None  # a credential came from it
+            self.exec_auth.invalidate(credential)
+        raise AssertionError("unreachable")  # pragma: no cover — the loop returns
 
     async def _read(self, response: httpx.Response, path: str, limit: int | None) -> bytes:
         """Read the body, at most ``limit`` bytes; raise ``ApiError`` for a non-2xx answer."""

@@ -27,6 +27,37 @@ class KubeConfigError(Exception):
     """A kubeconfig (or the in-cluster files) cannot be used; the message names file and field."""
 
 
+EXEC_API_VERSIONS = frozenset(
+    {"client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"}
+)
+"""The ExecCredential versions spoken; v1alpha1 was removed from client-go in 1.24."""
+
+AUTH_PROVIDER_REPLACEMENTS = {
+    "gcp": "gke-gcloud-auth-plugin",
+    "azure": "kubelogin (Azure/kubelogin)",
+    "oidc": "kubelogin (int128/kubelogin, kubectl oidc-login)",
+}
+"""What replaced each in-tree auth provider removed from client-go (1.26)."""
+
+
+@dataclass(frozen=True)
+class ExecConfig:
+    """A ``users[].user.exec`` entry: a command that prints an ExecCredential.
+
+    Kept as given (command resolved against the kubeconfig's folder when it names a relative
+    path, as client-go does) so the client can run it again whenever the credential expires
+    or is refused.
+    """
+
+    command: str
+    api_version: str
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    install_hint: str | None = None
+    provide_cluster_info: bool = False
+    interactive_mode: str = "IfAvailable"
+
+
 @dataclass(frozen=True)
 class KubeConfig:
     """One API server and the identity to present to it.
@@ -44,8 +75,10 @@ class KubeConfig:
     insecure: bool
     namespace: str
     token_file: Path | None = None
+    exec: ExecConfig | None = None
+    """A credential plugin; its token or certificate is added to (and wins over) the above."""
 
-    def ssl_context(self) -> ssl.SSLContext:
+    def ssl_context(self, client_cert: tuple[bytes, bytes] | None = None) -> ssl.SSLContext:
         """The TLS settings the kubeconfig asks for.
 
         With CA data only that CA is trusted, as client-go does: a cluster's private CA must
@@ -65,8 +98,9 @@ class KubeConfig:
                 raise KubeConfigError(
                     f"certificate authority: not a PEM certificate: {exc}"
                 ) from exc
-        if self.client_cert is not None:
-            _load_client_cert(context, *self.client_cert)
+        cert = client_cert if client_cert is not None else self.client_cert
+        if cert is not None:
+            _load_client_cert(context, *cert)
         return context
 
 
@@ -269,8 +303,8 @@ def parse_kubeconfig(path: Path, *, context: str | None = None) -> KubeConfig:
             "cannot be combined with a certificate authority",
         )
 
-    token, token_file, client_cert = (
-        _credentials(reader, document, user_name) if user_name else (None, None, None)
+    token, token_file, client_cert, exec_config = (
+        _credentials(reader, document, user_name) if user_name else (None, None, None, None)
     )
 
     return KubeConfig(
@@ -281,21 +315,79 @@ def parse_kubeconfig(path: Path, *, context: str | None = None) -> KubeConfig:
         insecure=insecure,
         namespace=namespace,
         token_file=token_file,
+        exec=exec_config,
+    )
+
+
+def _exec(reader: _Reader, user: dict[str, Any], field: str) -> ExecConfig | None:
+    """The ``exec`` entry, checked here so a bad one fails at start, not at the first request."""
+    raw = user.get("exec")
+    if raw is None:
+        return None
+    section = reader.mapping(raw, field)
+    command = reader.string(section.get("command"), f"{field}.command")
+    if not command:
+        raise reader.error(f"{field}.command", "missing")
+    api_version = reader.string(section.get("apiVersion"), f"{field}.apiVersion")
+    if api_version not in EXEC_API_VERSIONS:
+        raise reader.error(
+            f"{field}.apiVersion",
+            f"{api_version!r} is not one of {', '.join(sorted(EXEC_API_VERSIONS))}",
+        )
+    args_raw = section.get("args") or []
+    if not isinstance(args_raw, list) or not all(isinstance(a, str) for a in args_raw):
+        raise reader.error(f"{field}.args", "expected a list of strings")
+    env_raw = section.get("env") or []
+    if not isinstance(env_raw, list):
+        raise reader.error(f"{field}.env", "expected a list")
+    env: list[tuple[str, str]] = []
+    for index, item in enumerate(env_raw):
+        entry = reader.mapping(item, f"{field}.env[{index}]")
+        name = reader.string(entry.get("name"), f"{field}.env[{index}].name")
+        value = reader.string(entry.get("value"), f"{field}.env[{index}].value")
+        if not name or value is None:
+            raise reader.error(f"{field}.env[{index}]", "needs a name and a value")
+        env.append((name, value))
+    mode = reader.string(section.get("interactiveMode"), f"{field}.interactiveMode")
+    if mode not in {None, "Never", "IfAvailable", "Always"}:
+        raise reader.error(
+            f"{field}.interactiveMode", f"{mode!r} is not Never, IfAvailable or Always"
+        )
+    # A command naming a path relative to the kubeconfig is run from there; a bare name is
+    # looked up on PATH when it runs.
+    resolved = str(reader.resolve(command)) if "/" in command else command
+    return ExecConfig(
+        command=resolved,
+        api_version=api_version,
+        args=tuple(args_raw),
+        env=tuple(env),
+        install_hint=reader.string(section.get("installHint"), f"{field}.installHint"),
+        provide_cluster_info=reader.boolean(
+            section.get("provideClusterInfo"), f"{field}.provideClusterInfo"
+        ),
+        interactive_mode=mode or "IfAvailable",
     )
 
 
 def _credentials(
     reader: _Reader, document: dict[str, Any], user_name: str
-) -> tuple[str | None, Path | None, tuple[bytes, bytes] | None]:
-    """Token (with the file it came from) and client certificate of one ``users`` entry.
+) -> tuple[str | None, Path | None, tuple[bytes, bytes] | None, ExecConfig | None]:
+    """Token (with its file), client certificate and exec plugin of one ``users`` entry.
 
-    ``exec`` and ``auth-provider`` are refused rather than ignored: ignoring them would send
-    anonymous requests whose 401s point nowhere near the cause.
+    ``auth-provider`` is refused rather than ignored: client-go dropped the in-tree providers,
+    and ignoring one would send anonymous requests whose 401s point nowhere near the cause.
     """
     user_field, user = reader.named(document, "users", user_name)
-    for unsupported in ("exec", "auth-provider"):
-        if user.get(unsupported) is not None:
-            raise reader.error(f"{user_field}.{unsupported}", "not supported; use a token")
+    provider = user.get("auth-provider")
+    if provider is not None:
+        name = provider.get("name") if isinstance(provider, dict) else None
+        replacement = AUTH_PROVIDER_REPLACEMENTS.get(name if isinstance(name, str) else "")
+        instead = f"use the {replacement} exec plugin" if replacement else "use an exec plugin"
+        raise reader.error(
+            f"{user_field}.auth-provider",
+            f"{name or 'auth-provider'} is no longer supported by Kubernetes clients; {instead}",
+        )
+    exec_config = _exec(reader, user, f"{user_field}.exec")
     token = reader.string(user.get("token"), f"{user_field}.token") or None
     token_file_name = reader.string(user.get("tokenFile"), f"{user_field}.tokenFile")
     token_file: Path | None = None
@@ -310,8 +402,8 @@ def _credentials(
     cert = reader.data_or_file(user, user_field, "client-certificate")
     key = reader.data_or_file(user, user_field, "client-key")
     if cert is None and key is None:
-        return token, token_file, None
+        return token, token_file, None, exec_config
     if cert is None or key is None:
         missing = "client-key" if key is None else "client-certificate"
         raise reader.error(f"{user_field}.{missing}", "missing: certificate and key go together")
-    return token, token_file, (cert, key)
+    return token, token_file, (cert, key), exec_config
