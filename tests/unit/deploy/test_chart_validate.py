@@ -16,15 +16,26 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helm import CHART, KIND_VALUES, KUBERNETES, REPO, needs_helm, render, render_fails
+from chart_helm import (
+    CHART,
+    KIND_VALUES,
+    KUBERNETES,
+    PRODUCTION_VALUES,
+    REPO,
+    needs_helm,
+    render,
+    render_fails,
+)
 
 from gpustack_core.modes import Manufacturer
+from gpustack_vendors.loading import LibraryUnavailableError, open_backend
 
 CRD_NAME = "instances.worker.gpustack.ai.yaml"
 CERT_MANAGER = {("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v1", "Issuer")}
 VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[Path, ...]]] = {
     "defaults": ({}, ()),
     "kind-simulation": ({}, (KIND_VALUES,)),
+    "production": ({}, (PRODUCTION_VALUES,)),
     "network-policy": (
         {
             "deviceManager": {
@@ -158,7 +169,11 @@ def schema() -> dict[str, Any]:
     return document
 
 
-@pytest.mark.parametrize("path", [CHART / "values.yaml", KIND_VALUES], ids=["defaults", "kind"])
+@pytest.mark.parametrize(
+    "path",
+    [CHART / "values.yaml", KIND_VALUES, PRODUCTION_VALUES],
+    ids=["defaults", "kind", "production"],
+)
 def test_the_shipped_values_meet_the_schema(schema: dict[str, Any], path: Path) -> None:
     jsonschema = pytest.importorskip("jsonschema")
     jsonschema.Draft7Validator.check_schema(schema)
@@ -179,8 +194,20 @@ def test_every_key_of_the_default_values_is_in_the_schema(schema: dict[str, Any]
     walk(yaml.safe_load((CHART / "values.yaml").read_text()), schema, "values")
 
 
-def test_the_schema_names_the_manufacturers_the_daemons_know(schema: dict[str, Any]) -> None:
-    known = sorted(m.value for m in Manufacturer)
+def _has_backend(manufacturer: str) -> bool:
+    """Whether the image can open ``manufacturer`` at all: a missing library still counts."""
+    try:
+        open_backend(manufacturer).close()
+    except LibraryUnavailableError as exc:
+        return "no backend for manufacturer" not in str(exc)
+    return True
+
+
+def test_the_schema_names_the_manufacturers_the_daemons_have_a_backend_for(
+    schema: dict[str, Any],
+) -> None:
+    known = sorted(m.value for m in Manufacturer if _has_backend(m.value))
+    assert "mthreads" not in known  # a wire name without a backend: refused, not crash-looping
     assert sorted(schema["properties"]["simulate"]["propertyNames"]["enum"]) == known
     manufacturers = schema["properties"]["deviceManager"]["properties"]["manufacturers"]
     assert sorted(manufacturers["propertyNames"]["enum"]) == known
