@@ -14,6 +14,8 @@ from typing import Annotated, TypeVar
 
 import typer
 
+from gpustack_core import contract
+
 app = typer.Typer(
     name="gpustack-operator",
     help="Instance utilization for GPU clusters: Device Manager, worker API and simulator.",
@@ -88,7 +90,9 @@ def _csv(value: str | None) -> list[str] | None:
 
 @app.command()
 def worker(
-    secure_port: Annotated[int, typer.Option(min=0, max=65535, help="HTTPS port.")] = 31443,
+    secure_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="HTTPS port.")
+    ] = contract.WORKER_PORT,
     bind_address: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
     cert_dir: Annotated[
         Path | None, typer.Option(help="tls.crt/tls.key, hot-reloaded (default: self-signed).")
@@ -99,7 +103,7 @@ def worker(
     context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
     system_namespace: Annotated[
         str, typer.Option(help="Namespace of the Device Manager Pods.")
-    ] = "gpustack-system",
+    ] = contract.SYSTEM_NAMESPACE,
     device_manager_monitor_period: Annotated[
         str,
         typer.Option(help="The Device Managers' monitor period; 3 of these bound freshness."),
@@ -202,7 +206,9 @@ def dm_serve(
         str | None, typer.Option(help="The one manufacturer this process samples.")
     ] = None,
     monitor_period: Annotated[str, typer.Option(help="Sampling period (15s, 1m).")] = "15s",
-    secure_port: Annotated[int, typer.Option(min=0, max=65535, help="HTTPS port.")] = 32443,
+    secure_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="HTTPS port.")
+    ] = contract.DEVICE_MANAGER_PORT,
     bind_address: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
     cert_dir: Annotated[
         Path | None, typer.Option(help="tls.crt/tls.key, hot-reloaded (default: self-signed).")

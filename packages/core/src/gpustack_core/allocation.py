@@ -11,11 +11,12 @@ from typing import NamedTuple
 
 import msgspec
 
+from gpustack_core import contract
 from gpustack_core.decoding import decode_json
 from gpustack_core.modes import AllocationMode
 from gpustack_core.wire import Wire
 
-ANNOTATION = "device.gpustack.ai/accelerator.allocated"
+ANNOTATION = contract.ALLOCATION_ANNOTATION
 
 
 class Placement(Wire, frozen=True, kw_only=True):

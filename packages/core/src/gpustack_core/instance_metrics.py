@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from gpustack_core import contract
 from gpustack_core.wire import Wire
 
-API_GROUP = "worker.gpustack.ai"
-API_VERSION = f"{API_GROUP}/v1"
+API_GROUP = contract.API_GROUP
+API_VERSION = f"{API_GROUP}/{contract.API_VERSION}"
 KIND = "InstanceMetrics"
 
 

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from gpustack_core import contract
 from gpustack_core.decoding import ContractError, convert, decode_json
 from gpustack_core.instance_metrics import API_GROUP
 from gpustack_core.quantity import QuantityError, cpu_to_millicores, parse_quantity
@@ -23,7 +24,7 @@ from gpustack_core.units import MIB, ceil_fraction
 from gpustack_core.usage import DeclaredTotals
 from gpustack_core.wire import Wire
 
-PART_OF_LABEL = "app.kubernetes.io/part-of"
+PART_OF_LABEL = contract.PART_OF_LABEL
 """The label the Instance controller sets to the Instance's UID on the Pod it renders."""
 
 INSTANCE_KIND = "Instance"

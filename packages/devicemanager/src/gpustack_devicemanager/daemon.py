@@ -18,6 +18,7 @@ from typing import Any
 import trio
 from hypercorn.trio import serve as hypercorn_serve
 
+from gpustack_core import contract
 from gpustack_devicemanager.exporter import ExporterSource, run_exporter
 from gpustack_devicemanager.exposition import ExpositionHolder
 from gpustack_devicemanager.health import Liveness
@@ -46,13 +47,13 @@ class ServeOptions:
     manufacturer: str
     node_name: str
     monitor_period: float = 15.0
-    secure_port: int = 32443
+    secure_port: int = contract.DEVICE_MANAGER_PORT
     bind_address: str = "0.0.0.0"
     cert_dir: Path | None = None
     kubeconfig: Path | None = None
     kube_context: str | None = None
     proc_root: Path = Path("/proc")
-    namespace: str = "gpustack-system"
+    namespace: str = contract.SYSTEM_NAMESPACE
     """The Device Manager Pods' namespace, where the exporter's role rule looks for peers."""
     hosts: Sequence[str] = field(default_factory=lambda: ("localhost", "127.0.0.1"))
     bind_replayed_pids: bool = False

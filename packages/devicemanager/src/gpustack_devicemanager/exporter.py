@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 
+from gpustack_core import contract
 from gpustack_core.decoding import ContractError
 from gpustack_core.kubelet import Summary, parse_summary, usage_from_summary
 from gpustack_core.pods import Pod, is_instance_pod, is_ready, is_terminating, pod_from_object
@@ -34,9 +35,9 @@ from gpustack_kube.paths import node_summary_path
 
 log = logging.getLogger("gpustack.devicemanager.exporter")
 
-COMPONENT_LABEL = "app.kubernetes.io/component"
-COMPONENT = "device-manager"
-MANUFACTURER_LABEL = "gpustack.ai/manufacturer"
+COMPONENT_LABEL = contract.COMPONENT_LABEL
+COMPONENT = contract.DEVICE_MANAGER_COMPONENT
+MANUFACTURER_LABEL = contract.MANUFACTURER_LABEL
 SUMMARY_LIMIT = 32 << 20
 """A node summary larger than this is refused rather than buffered without bound."""
 
@@ -71,7 +72,7 @@ def instance_pods(pods: Sequence[Pod]) -> list[Pod]:
     for pod in pods:
         if not is_instance_pod(pod) or is_terminating(pod):
             continue
-        owner = pod.metadata.labels.get("app.kubernetes.io/part-of", "")
+        owner = pod.metadata.labels.get(contract.PART_OF_LABEL, "")
         current = newest.get(owner)
         if current is None or pod.metadata.creation_timestamp > current.metadata.creation_timestamp:
             newest[owner] = pod
@@ -197,7 +198,7 @@ def _instances(
         labels = (
             pod.metadata.namespace,
             pod.metadata.name,
-            pod.metadata.labels.get("app.kubernetes.io/part-of", ""),
+            pod.metadata.labels.get(contract.PART_OF_LABEL, ""),
             inputs.node,
         )
         if inputs.publisher:

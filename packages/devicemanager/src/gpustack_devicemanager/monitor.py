@@ -18,6 +18,7 @@ from typing import Any
 
 import trio
 
+from gpustack_core import contract
 from gpustack_core.decoding import ContractError
 from gpustack_core.pods import pod_from_object
 from gpustack_core.sample import pod_grants
@@ -85,7 +86,7 @@ def _node_pods(
         try:
             held = pod_grants(pod)
         except ContractError as exc:
-            annotation = pod.metadata.annotations.get("device.gpustack.ai/accelerator.allocated")
+            annotation = pod.metadata.annotations.get(contract.ALLOCATION_ANNOTATION)
             _warn_once(
                 context,
                 f"annotation:{pod.metadata.uid}:{annotation}",

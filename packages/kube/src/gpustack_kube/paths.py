@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote
 
-from gpustack_core.instance_metrics import API_GROUP
+from gpustack_core.contract import API_GROUP, CRD_VERSION
 
 
 class PathSegmentError(ValueError):
@@ -90,7 +90,7 @@ SUBJECT_ACCESS_REVIEWS: Final = Resource(
     "authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False
 )
 
-INSTANCES: Final = Resource(API_GROUP, "v1alpha1", "instances")
+INSTANCES: Final = Resource(API_GROUP, CRD_VERSION, "instances")
 """The Instance CRD's stored version; the worker serves it as ``v1``."""
 
 

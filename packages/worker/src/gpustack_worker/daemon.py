@@ -21,6 +21,7 @@ from pathlib import Path
 import trio
 from hypercorn.config import Config
 
+from gpustack_core import contract
 from gpustack_core.kubelet import Summary, parse_summary
 from gpustack_core.snapshot import Freshness
 from gpustack_kube.certs import CA_FILE, CERT_FILE, KEY_FILE, CertReloader, self_signed
@@ -59,12 +60,12 @@ class StartupError(Exception):
 class WorkerOptions:
     """The flags of ``gpustack-operator worker``."""
 
-    secure_port: int = 31443
+    secure_port: int = contract.WORKER_PORT
     bind_address: str = "0.0.0.0"
     cert_dir: Path | None = None
     kubeconfig: Path | None = None
     kube_context: str | None = None
-    system_namespace: str = "gpustack-system"
+    system_namespace: str = contract.SYSTEM_NAMESPACE
     """Where the Device Manager Pods run."""
     device_manager_period: float = 15.0
     """The Device Managers' configured monitor period, seconds: a snapshot older than three of

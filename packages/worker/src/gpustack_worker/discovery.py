@@ -20,10 +20,12 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-GROUP: Final = "worker.gpustack.ai"
-VERSION: Final = "v1"
+from gpustack_core import contract
+
+GROUP: Final = contract.API_GROUP
+VERSION: Final = contract.API_VERSION
 GROUP_VERSION: Final = f"{GROUP}/{VERSION}"
-STORAGE_VERSION: Final = "v1alpha1"
+STORAGE_VERSION: Final = contract.CRD_VERSION
 """The CRD version the ``instances`` resource is proxied to; never advertised here."""
 
 INSTANCES: Final = "instances"

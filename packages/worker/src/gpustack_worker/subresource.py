@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import trio
 
+from gpustack_core import contract
 from gpustack_core.allocation import Grant
 from gpustack_core.decoding import ContractError
 from gpustack_core.instance_metrics import InstanceMetrics, ObjectMeta
@@ -48,7 +49,7 @@ from gpustack_worker.summaries import SummaryCache
 log = logging.getLogger("instance-metrics")
 
 OPERATION_TIMEOUT = 10.0
-DEVICE_MANAGER_PORT = 32443
+DEVICE_MANAGER_PORT = contract.DEVICE_MANAGER_PORT
 
 
 class Unavailable(Exception):  # noqa: N818 — it is the HTTP status it becomes
@@ -87,7 +88,7 @@ class Sources:
 
     client: KubeClient
     summaries: SummaryCache
-    system_namespace: str = "gpustack-system"
+    system_namespace: str = contract.SYSTEM_NAMESPACE
     device_manager_transport: httpx.AsyncBaseTransport | None = None
     device_managers: httpx.AsyncClient | None = None
     """A long-lived client for the snapshots (pooled connections: no TLS handshake per read);
@@ -215,7 +216,7 @@ def _device_manager(managers: list[Pod], manufacturer: str) -> str | None:
     """``https://ip:port`` of a Ready, non-terminating Device Manager of that manufacturer."""
     for manager in managers:
         if (
-            manager.metadata.labels.get("gpustack.ai/manufacturer") == manufacturer
+            manager.metadata.labels.get(contract.MANUFACTURER_LABEL) == manufacturer
             and is_ready(manager)
             and not is_terminating(manager)
             and manager.status.pod_ip

@@ -1,0 +1,35 @@
+"""The names other systems depend on, in one place: annotation and label keys, namespace, ports.
+
+Each is part of the wire contract (``shared/spec``) and must match it letter for letter; a
+literal repeated in two packages is one that can drift in one of them. Everything here is a
+plain constant so this module imports nothing and every package can depend on it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+ALLOCATION_ANNOTATION: Final = "device.gpustack.ai/accelerator.allocated"
+"""The Pod annotation the Device Manager writes: container → granted devices (allocation.py)."""
+
+PART_OF_LABEL: Final = "app.kubernetes.io/part-of"
+"""Set by the Instance controller to the Instance's UID on the Pod it renders."""
+COMPONENT_LABEL: Final = "app.kubernetes.io/component"
+DEVICE_MANAGER_COMPONENT: Final = "device-manager"
+"""``app.kubernetes.io/component`` of the Device Manager Pods."""
+MANUFACTURER_LABEL: Final = "gpustack.ai/manufacturer"
+"""The manufacturer a Device Manager Pod serves (one DaemonSet per manufacturer)."""
+
+SYSTEM_NAMESPACE: Final = "gpustack-system"
+"""Where the Device Managers and the worker run."""
+
+DEVICE_MANAGER_PORT: Final = 32443
+"""The Device Manager's secure port (snapshot, metrics, health)."""
+WORKER_PORT: Final = 31443
+"""The worker's secure port (the aggregated API behind the APIService)."""
+
+API_GROUP: Final = "worker.gpustack.ai"
+API_VERSION: Final = "v1"
+"""The version the worker serves (Instances and their ``metrics`` subresource)."""
+CRD_VERSION: Final = "v1alpha1"
+"""The Instance CRD's stored version."""
