@@ -44,8 +44,44 @@ def import_quietly(module: str) -> types.ModuleType:
         raise LibraryUnavailableError(f"cannot import {module}: {detail}") from exc
 
 
+CHART_HINTS: dict[str, str] = {
+    "nvidia": (
+        "in the Helm chart, libnvidia-ml comes from the NVIDIA container toolkit: set "
+        "deviceManager.manufacturers.nvidia.runtimeClassName (e.g. nvidia) where its runtime "
+        "is not the node's default"
+    ),
+}
+"""What to set in the chart when a manufacturer's library does not open; the others share
+:func:`chart_hint`'s ``libraryPath`` advice (docs/deploy.md, "Vendor libraries")."""
+
+
+def chart_hint(manufacturer: str) -> str:
+    """The chart value that brings ``manufacturer``'s library into the Device Manager's Pod.
+
+    A Pod that cannot open its library crash-loops with this message in its log, so the message
+    names the value to set rather than leaving the operator to map a ``.so`` name to the chart.
+    """
+    return CHART_HINTS.get(
+        manufacturer,
+        f"in the Helm chart, set deviceManager.manufacturers.{manufacturer}.libraryPath to the "
+        'host directory that holds it (docs/deploy.md, "Vendor libraries")',
+    )
+
+
 def open_backend(manufacturer: str) -> Backend:
-    """Open the real library for ``manufacturer`` and hand it to that manufacturer's backend."""
+    """Open the real library for ``manufacturer`` and hand it to that manufacturer's backend.
+
+    A failure's message ends with :func:`chart_hint`; a manufacturer without a backend has none.
+    """
+    try:
+        return _open_backend(manufacturer)
+    except LibraryUnavailableError as exc:
+        if manufacturer not in _BACKENDS:
+            raise
+        raise LibraryUnavailableError(f"{exc}; {chart_hint(manufacturer)}") from exc
+
+
+def _open_backend(manufacturer: str) -> Backend:
     if manufacturer == "nvidia":
         nvml = import_quietly("pynvml")
         try:
@@ -88,6 +124,11 @@ _CTYPES_OPENERS: dict[str, Callable[[], Backend]] = {
     "iluvatar": open_iluvatar_backend,
 }
 """Backends over our own lazily loaded ctypes bindings: an absent library is an ``OSError``."""
+
+_BACKENDS: frozenset[str] = frozenset(
+    {"nvidia", "amd", "hygon", "ascend", "thead", *_CTYPES_OPENERS}
+)
+"""Every manufacturer :func:`open_backend` has a backend for."""
 
 
 def _open_ctypes_backend(manufacturer: str) -> Backend:
