@@ -695,3 +695,85 @@ def test_the_configured_library_path_is_mounted_and_not_in_simulation() -> None:
     assert "libraryPath" in render_fails(
         {"deviceManager": {"manufacturers": {"amd": {"libraryPath": "opt/rocm"}}}}
     )
+
+
+# -- Prometheus Operator ---------------------------------------------------------------------
+
+
+def test_no_monitor_objects_by_default() -> None:
+    kinds = {o["kind"] for o in render()}
+    assert not kinds & {"ServiceMonitor", "PodMonitor"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "key"), [("ServiceMonitor", "serviceMonitor"), ("PodMonitor", "podMonitor")]
+)
+def test_a_monitor_scrapes_every_device_manager_over_https(kind: str, key: str) -> None:
+    objects = render(
+        {
+            "monitoring": {
+                key: {
+                    "enabled": True,
+                    "labels": {"release": "kube-prometheus-stack"},
+                    "interval": "15s",
+                    "relabelings": [{"action": "labeldrop", "regex": "pod"}],
+                }
+            }
+        }
+    )
+    monitor = find(objects, kind, DM)
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    # It selects exactly what the Service (or the Pods) carry, and nothing else.
+    if kind == "ServiceMonitor":
+        targets = [find(objects, "Service", DM)["metadata"]["labels"]]
+        [endpoint] = monitor["spec"]["endpoints"]
+        port_names = {p["name"] for p in find(objects, "Service", DM)["spec"]["ports"]}
+    else:
+        targets = [
+            d["spec"]["template"]["metadata"]["labels"] for d in of_kind(objects, "DaemonSet")
+        ]
+        [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+        port_names = {
+            p["name"] for d in of_kind(objects, "DaemonSet") for p in container(d)["ports"]
+        }
+    assert all(selector.items() <= labels.items() for labels in targets)
+    assert (
+        not selector.items()
+        <= find(objects, "Deployment", WORKER)["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert endpoint["port"] in port_names
+    assert (endpoint["scheme"], endpoint["path"], endpoint["interval"]) == (
+        "https",
+        "/metrics",
+        "15s",
+    )
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    assert endpoint["relabelings"] == [{"action": "labeldrop", "regex": "pod"}]
+    assert "honorLabels" not in endpoint
+
+
+def test_a_monitor_verifies_with_the_given_ca() -> None:
+    objects = render(
+        {
+            "monitoring": {
+                "serviceMonitor": {
+                    "enabled": True,
+                    "tls": {"caSecret": {"name": "dm-ca"}, "serverName": "dm"},
+                }
+            }
+        }
+    )
+    [endpoint] = find(objects, "ServiceMonitor", DM)["spec"]["endpoints"]
+    assert endpoint["tlsConfig"] == {
+        "ca": {"secret": {"name": "dm-ca", "key": "ca.crt"}},
+        "serverName": "dm",
+    }
+
+
+def test_both_monitors_at_once_are_refused() -> None:
+    stderr = render_fails(
+        {"monitoring": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}}
+    )
+    assert "enable one" in stderr
