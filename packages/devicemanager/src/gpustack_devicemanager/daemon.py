@@ -25,6 +25,7 @@ from gpustack_devicemanager.health import Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.monitor import PodsSource, TickContext, run_monitor
 from gpustack_devicemanager.pidbind import PidBindingBackend
+from gpustack_devicemanager.podview import NodePod, node_pod
 from gpustack_devicemanager.server import build_app
 from gpustack_devicemanager.tls import ReloadableConfig
 from gpustack_kube.certs import CERT_FILE, KEY_FILE, CertReloader, self_signed
@@ -68,7 +69,7 @@ class Running:
     urls: list[str]
     holder: SnapshotHolder
     shutdown: trio.Event
-    informer: Informer | None
+    informer: Informer[NodePod] | None
 
 
 def _hosts(options: ServeOptions) -> list[str]:
@@ -111,7 +112,7 @@ async def serve(
 
     async with trio.open_nursery() as nursery:
         client: KubeClient | None = None
-        informer: Informer | None = None
+        informer: Informer[NodePod] | None = None
         if kube is None:
             log.warning(
                 "no Kubernetes configuration (not in a cluster, no --kubeconfig, no "
@@ -120,11 +121,14 @@ async def serve(
         else:
             client = KubeClient(kube)
             informer = Informer(
-                client, PODS.path(), field_selector=f"spec.nodeName={options.node_name}"
+                client,
+                PODS.path(),
+                decode=node_pod,
+                field_selector=f"spec.nodeName={options.node_name}",
             )
             nursery.start_soon(informer.run)
 
-        def node_pods() -> list[dict[str, Any]] | None:
+        def node_pods() -> list[NodePod] | None:
             if informer is None or not informer.synced:
                 return None
             return informer.objects()

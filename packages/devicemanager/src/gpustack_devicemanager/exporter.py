@@ -12,14 +12,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import trio
 
 from gpustack_core import contract
 from gpustack_core.decoding import ContractError
 from gpustack_core.kubelet import Summary, parse_summary, usage_from_summary
-from gpustack_core.pods import Pod, is_instance_pod, is_ready, is_terminating, pod_from_object
+from gpustack_core.pods import Pod, is_instance_pod, is_ready, is_terminating
 from gpustack_core.sample import instance_sample
 from gpustack_core.snapshot import (
     DEFAULT_FRESHNESS_POLICY,
@@ -30,6 +29,7 @@ from gpustack_core.snapshot import (
 from gpustack_core.usage import DeclaredTotals
 from gpustack_devicemanager.exposition import ExpositionHolder, Family, Rendered, render
 from gpustack_devicemanager.holder import SnapshotHolder
+from gpustack_devicemanager.podview import PodEntry, decoded
 from gpustack_kube.client import KubeClient, KubeError
 from gpustack_kube.paths import node_summary_path
 
@@ -261,7 +261,7 @@ class ExporterSource:
     node: str
     manufacturer: str
     namespace: str
-    pods: Callable[[], Sequence[dict[str, Any]] | None]
+    pods: Callable[[], Sequence[PodEntry] | None]
     client: KubeClient | None
     holder: SnapshotHolder
 
@@ -273,12 +273,10 @@ async def read_inputs(
     raw = source.pods()
     pods: list[Pod] | None = None
     if raw is not None:
-        pods = []
-        for obj in raw:
-            try:
-                pods.append(pod_from_object(obj))
-            except ContractError as exc:
-                log.debug("skipping a Pod the API returned: %s", exc)
+        skipped: list[str] = []
+        pods = [entry.pod for entry in decoded(raw, skipped)]
+        for problem in skipped:
+            log.debug("skipping a Pod the API returned: %s", problem)
     publisher = pods is not None and publishes_pod_level(
         pods, namespace=source.namespace, manufacturer=source.manufacturer
     )

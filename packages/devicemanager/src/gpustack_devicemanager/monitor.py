@@ -19,13 +19,11 @@ from typing import Any
 import trio
 
 from gpustack_core import contract
-from gpustack_core.decoding import ContractError
-from gpustack_core.pods import pod_from_object
-from gpustack_core.sample import pod_grants
 from gpustack_core.snapshot import CardFigures, MonitorSnapshot, SliceSection, SnapshotGroup
 from gpustack_core.units import percent_of
 from gpustack_devicemanager.attribution import PodRecord, attribute
 from gpustack_devicemanager.holder import SnapshotHolder
+from gpustack_devicemanager.podview import PodEntry, decoded
 from gpustack_devicemanager.slices import PodGrants, build_section, targets
 from gpustack_vendors.model import CardSample
 from gpustack_vendors.protocol import Backend
@@ -36,9 +34,10 @@ reasons_log = logging.getLogger("instance-accelerator-metrics")
 RunSync = Callable[..., Awaitable[Any]]
 """How blocking work leaves the event loop: a worker thread in production, inline in tests."""
 
-PodsSource = Callable[[], Sequence[dict[str, Any]] | None]
-"""The node's Pods as the API returned them, or ``None`` when there is no cluster (standalone)
-or the index has not synced yet: then the snapshot carries no ``slices`` (could not measure)."""
+PodsSource = Callable[[], Sequence[PodEntry] | None]
+"""The node's Pods (decoded by the informer, or raw API objects), or ``None`` when there is no
+cluster (standalone) or the index has not synced yet: then the snapshot carries no ``slices``
+(could not measure)."""
 
 
 @dataclass
@@ -71,21 +70,23 @@ def card_figures(sample: CardSample) -> CardFigures:
 
 
 def _node_pods(
-    raw: Sequence[dict[str, Any]], context: TickContext
+    raw: Sequence[PodEntry], context: TickContext
 ) -> tuple[dict[str, PodRecord], list[PodGrants]]:
-    """Parse the node's Pods; a malformed one costs only itself, logged once by name."""
+    """The node's Pods and their grants; a malformed one costs only itself, logged once.
+
+    Entries from the informer arrive decoded with their annotation already parsed; only raw
+    objects (from callers without an informer) are decoded here.
+    """
     records: dict[str, PodRecord] = {}
     grants: list[PodGrants] = []
-    for obj in raw:
-        try:
-            pod = pod_from_object(obj)
-        except ContractError as exc:
-            _warn_once(context, f"pod:{exc}", "skipping a Pod the API returned: %s", exc)
-            continue
+    skipped: list[str] = []
+    entries = decoded(raw, skipped)
+    for problem in skipped:
+        _warn_once(context, f"pod:{problem}", "skipping a Pod the API returned: %s", problem)
+    for entry in entries:
+        pod = entry.pod
         records[pod.metadata.uid] = PodRecord.from_pod(pod)
-        try:
-            held = pod_grants(pod)
-        except ContractError as exc:
+        if entry.grant_error is not None:
             annotation = pod.metadata.annotations.get(contract.ALLOCATION_ANNOTATION)
             _warn_once(
                 context,
@@ -93,11 +94,11 @@ def _node_pods(
                 "ignoring the allocation of %s/%s: %s",
                 pod.metadata.namespace,
                 pod.metadata.name,
-                exc,
+                entry.grant_error,
             )
             continue
-        if held:
-            grants.append(PodGrants(pod.metadata.uid, tuple(held)))
+        if entry.grants:
+            grants.append(PodGrants(pod.metadata.uid, entry.grants))
     return records, grants
 
 
@@ -108,7 +109,7 @@ def _warn_once(context: TickContext, key: str, message: str, *args: object) -> N
 
 
 def tick(
-    backend: Backend, pods: Sequence[dict[str, Any]] | None, context: TickContext, now: datetime
+    backend: Backend, pods: Sequence[PodEntry] | None, context: TickContext, now: datetime
 ) -> MonitorSnapshot:
     """One monitor pass (blocking): cards, then — when the node's Pods are known — slices."""
     cards = backend.sample()

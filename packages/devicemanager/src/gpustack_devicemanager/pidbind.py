@@ -36,15 +36,13 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from gpustack_core.decoding import ContractError
 from gpustack_core.modes import AllocationMode
-from gpustack_core.pods import container_ids, pod_from_object
-from gpustack_core.sample import pod_grants
+from gpustack_core.pods import container_ids
 from gpustack_devicemanager.attribution import ReadFile
 from gpustack_devicemanager.cgroup import CgroupIdentity, parse_cgroup
 from gpustack_devicemanager.monitor import PodsSource
+from gpustack_devicemanager.podview import PodEntry, decoded
 from gpustack_vendors.model import CardSample, Detection, DeviceProcesses, PartitionSample
 from gpustack_vendors.protocol import Backend
 
@@ -73,7 +71,7 @@ class Holder:
         return CgroupIdentity(pod_uid=self.pod_uid, container_id=self.container_id)
 
 
-def holders(pods: Iterable[dict[str, Any]], manufacturer: str) -> dict[str, list[Holder]]:
+def holders(pods: Iterable[PodEntry], manufacturer: str) -> dict[str, list[Holder]]:
     """Device id → the containers that hold it (in ``manufacturer``'s groups), in binding order.
 
     A Pod the API returned malformed, or whose annotation does not parse, holds nothing here;
@@ -81,12 +79,10 @@ def holders(pods: Iterable[dict[str, Any]], manufacturer: str) -> dict[str, list
     """
     found: dict[str, dict[tuple[str, str], set[AllocationMode]]] = {}
     identities: dict[tuple[str, str], tuple[str, str, str]] = {}
-    for obj in pods:
-        try:
-            pod = pod_from_object(obj)
-            held = pod_grants(pod)
-        except ContractError:
+    for entry in decoded(pods):
+        if entry.grant_error is not None:
             continue
+        pod, held = entry.pod, entry.grants
         ids = {name: bare for bare, name in container_ids(pod).items()}
         meta = pod.metadata
         for grant in held:
@@ -197,7 +193,7 @@ def bind_rows(
 
 def bind_replayed_pids(
     processes: Mapping[str, DeviceProcesses],
-    pods: Iterable[dict[str, Any]],
+    pods: Iterable[PodEntry],
     manufacturer: str,
     proc_root: Path,
     *,
@@ -235,12 +231,12 @@ class PidBindingBackend:
         self.manufacturer = inner.manufacturer
         self.proc_root = proc_root
         self._read_file = read_file
-        self._pods: Sequence[dict[str, Any]] | None = None
+        self._pods: Sequence[PodEntry] | None = None
 
     def watch(self, source: PodsSource) -> PodsSource:
         """``source``, remembering each answer for the next :meth:`processes` call."""
 
-        def watched() -> Sequence[dict[str, Any]] | None:
+        def watched() -> Sequence[PodEntry] | None:
             pods = source()
             self._pods = pods
             return pods

@@ -8,9 +8,10 @@ list and one long-lived watch per daemon, and repairs itself when the watch is l
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, cast, overload
 
 import trio
 
@@ -19,10 +20,27 @@ from gpustack_kube.client import ApiError, KubeClient, KubeError, MalformedRespo
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Backoff", "Informer", "InformerStatistics", "Key"]
+__all__ = ["Backoff", "Indexer", "Informer", "InformerStatistics", "Key", "label_index"]
 
 Key = tuple[str, str]
 """(namespace, name); cluster-scoped objects have namespace ``""``."""
+
+T = TypeVar("T")
+
+Indexer = Callable[[T], Iterable[str]]
+"""An index function, as client-go's ``cache.IndexFunc``: the values an object is filed under."""
+
+
+def label_index(label: str) -> Indexer[dict[str, Any]]:
+    """Index raw objects by the value of one label (objects without it are not filed)."""
+
+    def values(obj: dict[str, Any]) -> Iterable[str]:
+        metadata = obj.get("metadata")
+        labels = metadata.get("labels") if isinstance(metadata, dict) else None
+        value = labels.get(label) if isinstance(labels, dict) else None
+        return (value,) if isinstance(value, str) else ()
+
+    return values
 
 
 @dataclass(frozen=True)
@@ -37,21 +55,66 @@ class InformerStatistics:
     events: int
     bookmarks: int
     errors: int
+    decodes: int = 0
+    """Objects handed to the decode function (zero for an informer of raw objects)."""
+    decode_errors: int = 0
+    """Objects the decode function refused; they are left out of the view."""
 
 
-class Informer:
-    """List+watch of one collection, keyed by (namespace, name).
+class Informer(Generic[T]):
+    """List+watch of one collection, keyed by (namespace, name), each object decoded once.
+
+    ``decode`` turns the API's JSON object into the consumer's typed form when the object
+    arrives (in a list or a watch event), so readers never decode again; without it the view
+    holds the raw objects. An object ``decode`` refuses (``ValueError``, which every
+    ``ContractError`` is) is left out of the view and logged, so one malformed object costs
+    only itself. ``indexers`` name index functions over the typed objects, as client-go's
+    ``cache.Indexers``; :meth:`by_index` answers from them without a scan.
 
     Run it with ``await nursery.start(informer.run)``: the start returns once the first list
     has succeeded, so the caller never serves an empty view that merely hasn't loaded yet.
     It retries the first list forever; wrap the start in ``trio.fail_after`` to give up.
     """
 
+    @overload
+    def __init__(
+        self: Informer[dict[str, Any]],
+        client: KubeClient,
+        path: str,
+        *,
+        decode: None = None,
+        indexers: Mapping[str, Indexer[dict[str, Any]]] | None = None,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        resync: float = 300.0,
+        watch_timeout: int = 240,
+        backoff: Backoff | None = None,
+        min_watch_seconds: float = 1.0,
+    ) -> None: ...
+
+    @overload
     def __init__(
         self,
         client: KubeClient,
         path: str,
         *,
+        decode: Callable[[dict[str, Any]], T],
+        indexers: Mapping[str, Indexer[T]] | None = None,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        resync: float = 300.0,
+        watch_timeout: int = 240,
+        backoff: Backoff | None = None,
+        min_watch_seconds: float = 1.0,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        client: KubeClient,
+        path: str,
+        *,
+        decode: Callable[[dict[str, Any]], T] | None = None,
+        indexers: Mapping[str, Indexer[T]] | Mapping[str, Indexer[dict[str, Any]]] | None = None,
         field_selector: str | None = None,
         label_selector: str | None = None,
         resync: float = 300.0,
@@ -67,7 +130,11 @@ class Informer:
         self.watch_timeout = watch_timeout
         self.backoff = backoff or Backoff()
         self.min_watch_seconds = min_watch_seconds
-        self._objects: dict[Key, dict[str, Any]] = {}
+        self._decode = decode
+        # Without ``decode`` T is dict[str, Any], which is what the first overload's take.
+        self._indexers = cast(dict[str, Indexer[T]], dict(indexers or {}))
+        self._objects: dict[Key, T] = {}
+        self._indices: dict[str, dict[str, set[Key]]] = {name: {} for name in self._indexers}
         self._version = ""
         self._synced = False
         self._last_error: str | None = None
@@ -77,23 +144,46 @@ class Informer:
         self._progress_since_list = False
         self._keep_backoff = False
         self._counts = dict.fromkeys(
-            ("lists", "relists", "resyncs", "expired", "watches", "events", "bookmarks", "errors"),
+            (
+                "lists",
+                "relists",
+                "resyncs",
+                "expired",
+                "watches",
+                "events",
+                "bookmarks",
+                "errors",
+                "decodes",
+                "decode_errors",
+            ),
             0,
         )
 
     # -- the view ----------------------------------------------------------------------------
 
-    def objects(self) -> list[dict[str, Any]]:
+    def objects(self) -> list[T]:
         """The objects now, as a new list that later changes never touch.
 
-        Events replace stored objects rather than editing them, so holding the dicts is safe
+        Events replace stored objects rather than editing them, so holding them is safe
         too — as long as the caller does not mutate them, which would corrupt the view.
         """
         return list(self._objects.values())
 
-    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(self, namespace: str, name: str) -> T | None:
         """One object by key, or ``None``."""
         return self._objects.get((namespace, name))
+
+    def by_index(self, index: str, value: str) -> list[T]:
+        """The objects ``index`` files under ``value`` (client-go's ``ByIndex``)."""
+        try:
+            keys = self._indices[index].get(value, set())
+        except KeyError:
+            raise KeyError(f"no indexer named {index!r}") from None
+        return [self._objects[key] for key in sorted(keys)]
+
+    def index_values(self, index: str) -> list[str]:
+        """Every value ``index`` has objects under now (client-go's ``ListIndexFuncValues``)."""
+        return sorted(self._indices[index])
 
     @property
     def synced(self) -> bool:
@@ -163,16 +253,19 @@ class Informer:
         except KubeError as exc:
             await self._failed(str(exc))  # transport and decoding errors name the path
             return False
-        fresh: dict[Key, dict[str, Any]] = {}
+        fresh: dict[Key, T] = {}
         for item in items:
             key = _key(item)
             if key is not None:
-                fresh[key] = item
+                typed = self._decoded(item, key)
+                if typed is not None:
+                    fresh[key] = typed
         if self._synced:
             self._counts["relists"] += 1
         self._counts["lists"] += 1
         changed = fresh != self._objects or not self._synced
         self._objects = fresh
+        self._reindex()
         self._version = version
         self._synced = True
         if self._keep_backoff:
@@ -236,15 +329,53 @@ class Informer:
         elif kind in {"ADDED", "MODIFIED", "DELETED"}:
             key = _key(obj)
             if key is not None:
-                if kind == "DELETED":
-                    self._objects.pop(key, None)
+                self._unindex(key)
+                typed = None if kind == "DELETED" else self._decoded(obj, key)
+                if typed is None:
+                    self._objects.pop(key, None)  # deleted, or now undecodable: not in view
                 else:
-                    self._objects[key] = obj
+                    self._objects[key] = typed
+                    self._index(key, typed)
                 self._notify()
         else:
             log.warning("watch of %s: ignoring an event of type %r", self.path, kind)
         if isinstance(version, str) and version:
             self._version = version
+
+    def _decoded(self, obj: dict[str, Any], key: Key) -> T | None:
+        """The typed form of ``obj``; ``None`` (logged, counted) when the decoder refuses it."""
+        if self._decode is None:
+            return cast(T, obj)  # an informer of raw objects: T is dict[str, Any]
+        self._counts["decodes"] += 1
+        try:
+            return self._decode(obj)
+        except ValueError as exc:
+            self._counts["decode_errors"] += 1
+            log.warning("%s: leaving %s/%s out of the view: %s", self.path, *key, exc)
+            return None
+
+    def _index(self, key: Key, obj: T) -> None:
+        for name, function in self._indexers.items():
+            for value in function(obj):
+                self._indices[name].setdefault(value, set()).add(key)
+
+    def _unindex(self, key: Key) -> None:
+        old = self._objects.get(key)
+        if old is None:
+            return
+        for name, function in self._indexers.items():
+            index = self._indices[name]
+            for value in function(old):
+                keys = index.get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del index[value]
+
+    def _reindex(self) -> None:
+        self._indices = {name: {} for name in self._indexers}
+        for key, obj in self._objects.items():
+            self._index(key, obj)
 
     async def _failed(self, message: str) -> None:
         self._counts["errors"] += 1
