@@ -74,6 +74,10 @@ tools-helm:
 chart-crds:
     cp clusters/crds/instances.worker.gpustack.ai.yaml clusters/chart/crds/
 
+# Regenerate the values reference in docs/deploy.md from the chart's schema and values.yaml.
+chart-docs: setup
+    uv run --frozen --no-sync python clusters/values_reference.py --write
+
 # Lint the chart and print it rendered with VALUES (default: the kind simulation values).
 chart-template values="clusters/kind/values-simulate.yaml": tools-helm
     #!/usr/bin/env bash
