@@ -6,7 +6,9 @@ counts asserted here are what actually ran, not what the client believes it ran.
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,6 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
+import trustme
 import yaml
 
 from gpustack_kube.auth import ExecPluginError, parse_exec_credential
@@ -243,3 +247,80 @@ def test_plugin_may_return_a_client_certificate() -> None:
 def test_unusable_plugin_output_is_refused(output: bytes, problem: str) -> None:
     with pytest.raises(ExecPluginError, match=problem):
         parse_exec_credential(output, V1, "plugin")
+
+
+# -- a plugin's client certificate, presented over real TLS ------------------------------------
+
+
+CERT_PLUGIN = """#!/bin/sh
+n=$(cat "$(dirname "$0")/runs" 2>/dev/null || echo 0); n=$((n + 1))
+echo "$n" > "$(dirname "$0")/runs"
+cat "$(dirname "$0")/cred-$n.json"
+"""
+
+
+async def serve_mtls(ca: trustme.CA, seen: list[str], task_status: Any) -> None:
+    """A one-route HTTPS server that requires a client certificate and records its CN."""
+    server_cert = ca.issue_cert("127.0.0.1")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_cert.configure_cert(context)
+    ca.configure_trust(context)
+    context.verify_mode = ssl.CERT_REQUIRED
+
+    async def handle(stream: trio.SSLStream[trio.SocketStream]) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = await stream.receive_some()
+            if not chunk:
+                return
+            data += chunk
+        peer = stream.getpeercert()
+        subject = dict(item[0] for item in peer["subject"]) if peer else {}
+        seen.append(str(subject.get("commonName", "")))
+        body = b'{"kind":"Pod"}'
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        await stream.aclose()
+
+    listeners = await trio.open_ssl_over_tcp_listeners(0, context, host="127.0.0.1")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(trio.serve_listeners, handle, listeners)
+        task_status.started(listeners[0].transport_listener.socket.getsockname()[1])
+
+
+async def test_plugin_certificate_is_presented_and_rotated(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    for run, (name, expiry) in enumerate(
+        [("first", "2000-01-01T00:00:00Z"), ("second", "2999-01-01T00:00:00Z")], start=1
+    ):
+        leaf = ca.issue_cert(f"{name}@example.test", common_name=name)
+        status = {
+            "clientCertificateData": leaf.cert_chain_pems[0].bytes().decode(),
+            "clientKeyData": leaf.private_key_pem.bytes().decode(),
+            "expirationTimestamp": expiry,
+        }
+        (tmp_path / f"cred-{run}.json").write_text(
+            json.dumps({"apiVersion": V1, "kind": "ExecCredential", "status": status})
+        )
+    script = tmp_path / "cert-plugin.sh"
+    script.write_text(CERT_PLUGIN)
+    script.chmod(0o755)
+    seen: list[str] = []
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_mtls, ca, seen)
+        path = write_kubeconfig(tmp_path, {"apiVersion": V1, "command": str(script)})
+        document = yaml.safe_load(path.read_text())
+        document["clusters"][0]["cluster"] = {
+            "server": f"https://127.0.0.1:{port}",
+            "certificate-authority-data": base64.b64encode(ca.cert_pem.bytes()).decode(),
+        }
+        path.write_text(yaml.safe_dump(document))
+        async with KubeClient(parse_kubeconfig(path)) as client:
+            await client.get("/api/v1/pods")  # the first certificate, already expired after use
+            await client.get("/api/v1/pods")  # so the plugin runs again: the second one
+            await client.get("/api/v1/pods")  # valid until 2999: reused
+        nursery.cancel_scope.cancel()
+    assert seen == ["first", "second", "second"]
+    assert runs(tmp_path) == 2
