@@ -6,7 +6,7 @@ what the sample says. Keeping that decision here is what lets the two surfaces a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
@@ -71,14 +71,18 @@ def pod_accelerators(
     *,
     now: datetime,
     freshness: Freshness = DEFAULT_FRESHNESS_POLICY,
+    held: Sequence[Grant] | None = None,
 ) -> PodAccelerators:
     """Resolve a Pod's grants against the snapshots that are fresh at ``now``.
+
+    ``held`` are the Pod's grants when the caller parsed its annotation already (the Device
+    Manager does, once per Pod change); ``None`` parses it here.
 
     ``entries`` is ``None`` (the ``accelerators`` key is omitted) when the Pod holds
     accelerators but none of its manufacturers had a fresh snapshot: the sample still answers
     CPU, memory and storage, and the notes say why the accelerators are missing.
     """
-    held = pod_grants(pod)
+    held = pod_grants(pod) if held is None else list(held)
     if not manufacturers(held):  # none held, or only Visibility (a sibling's card)
         return PodAccelerators([], [])
     notes: list[str] = []
@@ -152,19 +156,21 @@ def instance_sample(
     snapshots: Mapping[str, MonitorSnapshot],
     now: datetime,
     freshness: Freshness = DEFAULT_FRESHNESS_POLICY,
+    held: Sequence[Grant] | None = None,
 ) -> InstanceResult:
     """Compose an Instance's sample from its (already scoped) backing Pod and measurements.
 
     ``pod`` must already be this Instance's own (name, namespace and part-of UID matched);
     ``None`` means no Pod, and the Instance's own declaration supplies the totals. A malformed
     allocation annotation costs only the accelerators: the rest of the sample still answers.
+    ``held`` is passed on to :func:`pod_accelerators` (grants already parsed, or ``None``).
     """
     started = pod_started(pod)
     notes: list[str] = []
     accelerators: list[ResolvedAccelerator] | None = None
     if started and pod is not None:
         try:
-            resolved = pod_accelerators(pod, snapshots, now=now, freshness=freshness)
+            resolved = pod_accelerators(pod, snapshots, now=now, freshness=freshness, held=held)
         except ContractError as exc:
             notes.append(str(exc))
         else:

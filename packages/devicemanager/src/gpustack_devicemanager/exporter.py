@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import trio
 
 from gpustack_core import contract
+from gpustack_core.allocation import Grant
 from gpustack_core.decoding import ContractError
 from gpustack_core.kubelet import Summary, parse_summary, usage_from_summary
 from gpustack_core.pods import Pod, is_instance_pod, is_ready, is_terminating
@@ -114,6 +115,9 @@ class RoundInputs:
     now: datetime
     freshness: Freshness = DEFAULT_FRESHNESS_POLICY
     """This Device Manager's own monitor period decides whether its snapshot is fresh."""
+    grants: Mapping[str, Sequence[Grant]] = field(default_factory=dict)
+    """Pod UID → grants the informer already parsed; a Pod not here has its annotation parsed
+    in the round (raw input, or an annotation that did not parse and must say why)."""
 
 
 @dataclass
@@ -193,6 +197,7 @@ def _instances(
             snapshots=snapshots,
             now=inputs.now,
             freshness=inputs.freshness,
+            held=inputs.grants.get(pod.metadata.uid),
         )
         notes.extend(composed.notes)
         labels = (
@@ -272,9 +277,12 @@ async def read_inputs(
     """One round's reads: the kubelet afresh (no cache), everything else from memory."""
     raw = source.pods()
     pods: list[Pod] | None = None
+    grants: dict[str, Sequence[Grant]] = {}
     if raw is not None:
         skipped: list[str] = []
-        pods = [entry.pod for entry in decoded(raw, skipped)]
+        entries = decoded(raw, skipped)
+        pods = [entry.pod for entry in entries]
+        grants = {e.pod.metadata.uid: e.grants for e in entries if e.grant_error is None}
         for problem in skipped:
             log.debug("skipping a Pod the API returned: %s", problem)
     publisher = pods is not None and publishes_pod_level(
@@ -302,6 +310,7 @@ async def read_inputs(
         source.holder.current.snapshot,
         now,
         freshness,
+        grants,
     )
 
 
