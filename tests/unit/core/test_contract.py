@@ -16,6 +16,7 @@ def test_names_match_the_spec() -> None:
         "app.kubernetes.io/component",
         "device-manager",
     )
+    assert contract.DEVICE_MANAGER_SELECTOR == "app.kubernetes.io/component=device-manager"
     assert contract.MANUFACTURER_LABEL == "gpustack.ai/manufacturer"
     assert contract.SYSTEM_NAMESPACE == "gpustack-system"
     assert (contract.DEVICE_MANAGER_PORT, contract.WORKER_PORT) == (32443, 31443)

@@ -17,6 +17,8 @@ PART_OF_LABEL: Final = "app.kubernetes.io/part-of"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 DEVICE_MANAGER_COMPONENT: Final = "device-manager"
 """``app.kubernetes.io/component`` of the Device Manager Pods."""
+DEVICE_MANAGER_SELECTOR: Final = f"{COMPONENT_LABEL}={DEVICE_MANAGER_COMPONENT}"
+"""The label selector that finds the Device Manager Pods."""
 MANUFACTURER_LABEL: Final = "gpustack.ai/manufacturer"
 """The manufacturer a Device Manager Pod serves (one DaemonSet per manufacturer)."""
 

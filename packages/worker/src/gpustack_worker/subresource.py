@@ -191,7 +191,7 @@ async def _snapshots(sources: Sources, pod: Pod) -> dict[str, MonitorSnapshot]:
         listed = await sources.client.get(
             PODS.path(sources.system_namespace),
             {
-                "labelSelector": "app.kubernetes.io/component=device-manager",
+                "labelSelector": contract.DEVICE_MANAGER_SELECTOR,
                 "fieldSelector": f"spec.nodeName={pod.spec.node_name}",
             },
         )
