@@ -167,6 +167,19 @@ async def test_missing_plugin_names_the_install_hint(tmp_path: Path) -> None:
             await client.get("/api/v1/pods")
 
 
+async def test_interactive_only_plugin_is_refused_without_running(tmp_path: Path) -> None:
+    write_plugin(tmp_path, V1)
+    config = parse_kubeconfig(
+        write_kubeconfig(
+            tmp_path, {"apiVersion": V1, "command": "./plugin.py", "interactiveMode": "Always"}
+        )
+    )
+    async with KubeClient(config, transport=httpx.MockTransport(Server())) as client:
+        with pytest.raises(AuthenticationError, match="interactive terminal"):
+            await client.get("/api/v1/pods")
+    assert not (tmp_path / "runs").exists()
+
+
 async def test_failing_plugin_reports_its_stderr(tmp_path: Path) -> None:
     script = tmp_path / "fail.sh"
     script.write_text("#!/bin/sh\necho 'token expired, run aws sso login' >&2\nexit 3\n")

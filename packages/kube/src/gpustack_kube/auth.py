@@ -101,6 +101,12 @@ class ExecAuthenticator:
         env.update(self.config.env)
         env["KUBERNETES_EXEC_INFO"] = self._exec_info()
         argv = [self.config.command, *self.config.args]
+        if self.config.interactive_mode == "Always":
+            # client-go refuses the same way: the plugin would wait for a terminal we lack.
+            raise ExecPluginError(
+                f"exec plugin {argv[0]!r} requires an interactive terminal "
+                "(interactiveMode: Always); a daemon has none"
+            )
         self.runs += 1
         hint = f" ({self.config.install_hint.strip()})" if self.config.install_hint else ""
         try:
