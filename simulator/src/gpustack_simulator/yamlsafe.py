@@ -30,37 +30,42 @@ def _line(event: yaml.Event) -> int:
     return 0 if mark is None else mark.line + 1
 
 
+def _scan(data: str | bytes, source: str) -> None:
+    """Walk the event stream (iterative, no document built); raise at the first excess."""
+    depth = 0
+    for event in yaml.parse(data, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ContractError(
+                    f"{source}: line {_line(event)}: nested deeper than {MAX_DEPTH} levels"
+                )
+        elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+            depth -= 1
+        elif isinstance(event, yaml.AliasEvent):
+            raise ContractError(f"{source}: line {_line(event)}: YAML aliases are not accepted")
+        elif (
+            isinstance(event, yaml.ScalarEvent)
+            and event.implicit[0]
+            and len(event.value) > MAX_INTEGER_DIGITS
+            and _INTEGER.fullmatch(event.value)
+        ):
+            raise ContractError(
+                f"{source}: line {_line(event)}: an integer of "
+                f"{len(event.value)} digits (at most {MAX_INTEGER_DIGITS})"
+            )
+
+
 def load_bounded(data: str | bytes, *, source: str) -> object:
     """``yaml.safe_load`` after bounding depth, integer size and aliases; else ContractError."""
-    depth = 0
     try:
-        for event in yaml.parse(data, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise ContractError(
-                        f"{source}: line {_line(event)}: nested deeper than {MAX_DEPTH} levels"
-                    )
-            elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
-                depth -= 1
-            elif isinstance(event, yaml.AliasEvent):
-                raise ContractError(f"{source}: line {_line(event)}: YAML aliases are not accepted")
-            elif (
-                isinstance(event, yaml.ScalarEvent)
-                and event.implicit[0]
-                and len(event.value) > MAX_INTEGER_DIGITS
-                and _INTEGER.fullmatch(event.value)
-            ):
-                raise ContractError(
-                    f"{source}: line {_line(event)}: an integer of "
-                    f"{len(event.value)} digits (at most {MAX_INTEGER_DIGITS})"
-                )
+        _scan(data, source)
         return yaml.safe_load(data)
-    except ContractError:
-        raise
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ContractError(f"{source}: not valid YAML ({first})") from exc
+    except ContractError:
+        raise
     except (RecursionError, ValueError) as exc:  # belt and braces: the scan should catch these
         raise ContractError(f"{source}: not a readable document ({type(exc).__name__})") from exc
 
