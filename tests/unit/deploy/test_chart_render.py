@@ -234,11 +234,45 @@ def test_every_flag_the_chart_passes_is_a_real_option() -> None:
     full = {
         "worker": {"logJson": True, "tls": {"secretName": "w", "caBundle": "Zm9v"}},
         "deviceManager": {"logJson": True, "tls": {"secretName": "d"}},
+        "kubelet": {"access": "direct", "port": 10250, "insecureTLS": True},
     }
     for objects in (simulation(), render(full)):
         for workload in of_kind(objects, "DaemonSet") + of_kind(objects, "Deployment"):
             args = container(workload)["args"]
             assert set(flags(args)) <= options[args[0]], (workload["metadata"]["name"], args)
+
+
+def _kubelet_rules(objects: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """ClusterRole name → the node subresources it grants."""
+    return {
+        role["metadata"]["name"]: {
+            r for rule in role["rules"] for r in rule.get("resources", ()) if r.startswith("nodes")
+        }
+        for role in of_kind(objects, "ClusterRole")
+        if role["metadata"]["name"] in {WORKER, "gpustack-operator-device-manager"}
+    }
+
+
+def test_kubelet_access_chooses_the_grant_and_the_flags_together() -> None:
+    """proxy grants nodes/proxy only; direct grants nodes/stats only, and says so on argv."""
+    proxied = _kubelet_rules(render())
+    assert len(proxied) == 2
+    assert all(grants == {"nodes/proxy"} for grants in proxied.values())
+    direct = render({"kubelet": {"access": "direct", "insecureTLS": True}})
+    rules = _kubelet_rules(direct)
+    assert len(rules) == 2
+    assert all(grants == {"nodes/stats"} for grants in rules.values())
+    for workload in of_kind(direct, "DaemonSet") + of_kind(direct, "Deployment"):
+        given = flags(container(workload)["args"])
+        assert given["--kubelet-access"] == "direct"
+        assert given["--kubelet-port"] == "10250"
+        assert "--kubelet-insecure-tls" in given
+    for daemonset in of_kind(direct, "DaemonSet"):
+        env = {e["name"]: e for e in container(daemonset)["env"]}
+        assert env["KUBERNETES_NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    worker = flags(container(find(direct, "Deployment", WORKER))["args"])
+    assert worker["--device-manager-monitor-period"] == "15s"
+    render_fails({"kubelet": {"access": "sideways"}})
 
 
 # -- the worker ------------------------------------------------------------------------------

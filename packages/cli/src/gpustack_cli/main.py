@@ -10,9 +10,12 @@ import contextlib
 from collections.abc import Iterator
 from importlib.metadata import version as package_version
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
+
+if TYPE_CHECKING:
+    from gpustack_kube.kubelet import KubeletAccess
 
 from gpustack_core import contract
 
@@ -130,6 +133,10 @@ def worker(
     authentication_skip_lookup: Annotated[
         bool, typer.Option(help="Do not read extension-apiserver-authentication; flags only.")
     ] = False,
+    kubelet_access: KubeletAccessMode = "proxy",
+    kubelet_port: KubeletPort = 10250,
+    kubelet_certificate_authority: KubeletCA = None,
+    kubelet_insecure_tls: KubeletInsecure = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     log_json: Annotated[bool, typer.Option(help="Log JSON lines.")] = False,
 ) -> None:
@@ -165,6 +172,9 @@ def worker(
         requestheader_extra_headers_prefix=_csv(requestheader_extra_headers_prefix),
         client_ca_file=client_ca_file,
         authentication_skip_lookup=authentication_skip_lookup,
+        kubelet=_kubelet(
+            kubelet_access, kubelet_port, kubelet_certificate_authority, kubelet_insecure_tls
+        ),
     )
     try:
         trio.run(serve_until_signalled, options)
@@ -174,6 +184,36 @@ def worker(
             raise
         typer.echo(f"gpustack-operator worker: {found}", err=True)
         raise typer.Exit(code=1) from exc
+
+
+KubeletAccessMode = Annotated[
+    str,
+    typer.Option(
+        help=(
+            "proxy: kubelet summaries through the API server's node proxy (RBAC nodes/proxy"
+            " get); direct: from the kubelet itself at the node's address (nodes/stats get)."
+        )
+    ),
+]
+KubeletPort = Annotated[
+    int, typer.Option(min=1, max=65535, help="The kubelet's port for --kubelet-access direct.")
+]
+KubeletCA = Annotated[
+    Path | None,
+    typer.Option(help="CA of the kubelets' serving certificates (default: system roots)."),
+]
+KubeletInsecure = Annotated[
+    bool, typer.Option(help="Do not verify kubelet serving certificates (self-signed ones).")
+]
+
+
+def _kubelet(mode: str, port: int, ca: Path | None, insecure: bool) -> KubeletAccess:
+    """The ``--kubelet-*`` flags as one value; a mode other than the two is a usage error."""
+    from gpustack_kube.kubelet import KubeletAccess
+
+    if mode not in {"proxy", "direct"}:
+        raise typer.BadParameter(f"--kubelet-access must be proxy or direct, not {mode!r}")
+    return KubeletAccess(direct=mode == "direct", port=port, ca_file=ca, insecure_tls=insecure)
 
 
 @contextlib.contextmanager
@@ -236,6 +276,17 @@ def dm_serve(
             )
         ),
     ] = False,
+    node_address: Annotated[
+        str | None,
+        typer.Option(
+            envvar="KUBERNETES_NODE_IP",
+            help="This node's address, for --kubelet-access direct ($KUBERNETES_NODE_IP).",
+        ),
+    ] = None,
+    kubelet_access: KubeletAccessMode = "proxy",
+    kubelet_port: KubeletPort = 10250,
+    kubelet_certificate_authority: KubeletCA = None,
+    kubelet_insecure_tls: KubeletInsecure = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     log_json: Annotated[bool, typer.Option(help="Log JSON lines.")] = False,
 ) -> None:
@@ -267,6 +318,10 @@ def dm_serve(
         kube_context=context,
         proc_root=root,
         bind_replayed_pids=bind_replayed_pids,
+        kubelet=_kubelet(
+            kubelet_access, kubelet_port, kubelet_certificate_authority, kubelet_insecure_tls
+        ),
+        node_address=node_address,
     )
     trio.run(serve_until_signalled, options, backend)
 

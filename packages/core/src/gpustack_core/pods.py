@@ -148,6 +148,8 @@ class PodStatus(Wire, frozen=True, kw_only=True):
 
     phase: str = ""
     pod_ip: str = ""
+    host_ip: str = ""
+    """The node's address: where a kubelet read directly (``nodes/stats``) is sent."""
     conditions: tuple[PodCondition, ...] = ()
     container_statuses: tuple[ContainerStatus, ...] = ()
     init_container_statuses: tuple[ContainerStatus, ...] = ()

@@ -32,6 +32,7 @@ from gpustack_kube.certs import CERT_FILE, KEY_FILE, CertReloader, self_signed
 from gpustack_kube.client import KubeClient
 from gpustack_kube.config import KubeConfig, load_config
 from gpustack_kube.informer import Informer
+from gpustack_kube.kubelet import KubeletAccess
 from gpustack_kube.paths import PODS
 from gpustack_vendors.protocol import Backend
 
@@ -57,6 +58,11 @@ class ServeOptions:
     namespace: str = contract.SYSTEM_NAMESPACE
     """The Device Manager Pods' namespace, where the exporter's role rule looks for peers."""
     hosts: Sequence[str] = field(default_factory=lambda: ("localhost", "127.0.0.1"))
+    kubelet: KubeletAccess = field(default_factory=KubeletAccess)
+    """Through the API server's node proxy (``nodes/proxy``) or the kubelet itself
+    (``nodes/stats``)."""
+    node_address: str | None = None
+    """This node's address (the downward API's ``status.hostIP``), for direct kubelet reads."""
     bind_replayed_pids: bool = False
     """Bind a replay's process rows to live PIDs of the Pods holding the devices (pidbind.py).
     Only for a replay backend; the CLI refuses it without ``--simulate``."""
@@ -165,6 +171,8 @@ async def serve(
                     node_pods,
                     client,
                     holder,
+                    kubelet=options.kubelet,
+                    node_address=options.node_address,
                 ),
                 exposition,
                 period=options.monitor_period,

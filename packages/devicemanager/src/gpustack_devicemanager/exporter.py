@@ -32,7 +32,7 @@ from gpustack_devicemanager.exposition import ExpositionHolder, Family, Rendered
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.podview import PodEntry, decoded
 from gpustack_kube.client import KubeClient, KubeError
-from gpustack_kube.paths import node_summary_path
+from gpustack_kube.kubelet import KubeletAccess, SummaryReader
 
 log = logging.getLogger("gpustack.devicemanager.exporter")
 
@@ -269,6 +269,10 @@ class ExporterSource:
     pods: Callable[[], Sequence[PodEntry] | None]
     client: KubeClient | None
     holder: SnapshotHolder
+    kubelet: KubeletAccess = field(default_factory=KubeletAccess)
+    """How the kubelet's summary is read (through the API server unless told otherwise)."""
+    node_address: str | None = None
+    """This node's address, for a kubelet read directly."""
 
 
 async def read_inputs(
@@ -293,9 +297,10 @@ async def read_inputs(
     if publisher and source.client is not None:
         started = time.monotonic()
         try:
-            body = await source.client.get_bytes(
-                node_summary_path(source.node), limit=SUMMARY_LIMIT
-            )
+            # A reader per round: a direct kubelet connection every period costs one handshake,
+            # and nothing is left open between rounds.
+            async with SummaryReader(source.client, source.kubelet) as reader:
+                body = await reader.read(source.node, source.node_address, limit=SUMMARY_LIMIT)
             summary = parse_summary(body)
         except (KubeError, ContractError) as exc:
             log.warning("kubelet summary of %s unavailable: %s", source.node, exc)

@@ -435,6 +435,20 @@ class KubeClient:
         response = await self._send("GET", path, params=params)
         return await self._read(response, path, limit)
 
+    async def get_bytes_at(self, http: httpx.AsyncClient, url: str, *, limit: int) -> bytes:
+        """GET ``url`` on another server with this client's identity, bounded as ``get_bytes``.
+
+        For a kubelet read directly (``nodes/stats``): the kubelet authorizes the same token
+        or exec credential the API server accepts; ``http`` carries the kubelet's own TLS.
+        """
+        headers = self._headers(await self._credential())
+        request = http.build_request("GET", url, headers=headers)
+        try:
+            response = await http.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise TransportError(f"GET {url}: {exc!r}") from exc
+        return await self._read(response, url, limit)
+
     async def _write(
         self,
         method: str,

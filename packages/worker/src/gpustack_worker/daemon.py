@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import signal
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -27,7 +27,8 @@ from gpustack_core.snapshot import Freshness
 from gpustack_kube.certs import CA_FILE, CERT_FILE, KEY_FILE, CertReloader, self_signed
 from gpustack_kube.client import KubeClient, KubeError
 from gpustack_kube.config import KubeConfig, KubeConfigError, load_config
-from gpustack_kube.paths import CONFIGMAPS, TOKEN_REVIEWS, node_summary_path
+from gpustack_kube.kubelet import KubeletAccess, SummaryReader
+from gpustack_kube.paths import CONFIGMAPS, TOKEN_REVIEWS
 from gpustack_worker.api import Surface, build_app
 from gpustack_worker.authn import (
     AuthenticationSettings,
@@ -76,6 +77,9 @@ class WorkerOptions:
     requestheader_group_headers: Sequence[str] | None = None
     requestheader_extra_headers_prefix: Sequence[str] | None = None
     client_ca_file: Path | None = None
+    kubelet: KubeletAccess = field(default_factory=KubeletAccess)
+    """Kubelet summaries through the API server's node proxy, or from each kubelet itself at
+    the backing Pod's ``status.hostIP``."""
     authentication_skip_lookup: bool = False
     """Do not read the ConfigMap: flags only (a worker without RBAC to read it)."""
     hosts: Sequence[str] = field(default_factory=lambda: ("localhost", "127.0.0.1"))
@@ -271,9 +275,7 @@ async def serve(
             nonlocal authenticator
             authenticator = Authenticator(new, token_reviewer(client))
 
-        async def read_summary(node: str) -> Summary:
-            body = await client.get_bytes(node_summary_path(node), limit=SUMMARY_LIMIT)
-            return parse_summary(body)
+        kubelets, addresses, read_summary = _summary_reader(client, options.kubelet)
 
         try:
             summaries = SummaryCache(read_summary, nursery)
@@ -284,6 +286,7 @@ async def serve(
                     system_namespace=options.system_namespace,
                     device_managers=device_managers,
                     freshness=Freshness(timedelta(seconds=options.device_manager_period)),
+                    node_addresses=addresses,
                 ),
                 authenticator=lambda: authenticator,
                 authorizer=Authorizer(client.post, nursery=nursery),
@@ -307,7 +310,22 @@ async def serve(
                 )
         finally:
             sock.close()  # also when startup fails after binding
+            await kubelets.aclose()
         nursery.cancel_scope.cancel()
+
+
+def _summary_reader(
+    client: KubeClient, access: KubeletAccess
+) -> tuple[SummaryReader, dict[str, str], Callable[[str], Awaitable[Summary]]]:
+    """The summary cache's reader, and the node addresses the subresource fills for it."""
+    kubelets = SummaryReader(client, access)
+    addresses: dict[str, str] = {}
+
+    async def read_summary(node: str) -> Summary:
+        body = await kubelets.read(node, addresses.get(node), limit=SUMMARY_LIMIT)
+        return parse_summary(body)
+
+    return kubelets, addresses, read_summary
 
 
 async def serve_until_signalled(options: WorkerOptions) -> None:

@@ -95,6 +95,9 @@ class Sources:
     without one, each read opens its own."""
     freshness: Freshness = DEFAULT_FRESHNESS_POLICY
     """The worker's own expectation of the Device Managers' period, never the snapshot's."""
+    node_addresses: dict[str, str] = field(default_factory=dict)
+    """Node → the address its Pods report (``status.hostIP``), for kubelet reads made
+    directly; filled as backing Pods are read."""
     snapshots: SnapshotCache = field(default_factory=SnapshotCache)
     """The last snapshot of each Device Manager with its ``ETag``: an unchanged one is
     revalidated (``304``, no body) instead of fetched and parsed again."""
@@ -151,6 +154,8 @@ async def _backing_pod(client: KubeClient, namespace: str, name: str, uid: str) 
 async def _usage(sources: Sources, pod: Pod) -> PodUsage:
     """The kubelet first, metrics.k8s.io second; both failing is the one 503."""
     meta = pod.metadata
+    if pod.status.host_ip:
+        sources.node_addresses[pod.spec.node_name] = pod.status.host_ip
     try:
         summary = await sources.summaries.get(pod.spec.node_name)
         usage = usage_from_summary(summary, namespace=meta.namespace, name=meta.name, uid=meta.uid)
