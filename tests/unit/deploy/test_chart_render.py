@@ -811,3 +811,10 @@ def test_both_monitors_at_once_are_refused() -> None:
         {"monitoring": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}}
     )
     assert "enable one" in stderr
+
+
+def test_both_daemons_learn_their_pod_ip_for_the_certificate() -> None:
+    objects = render()
+    for workload in of_kind(objects, "DaemonSet") + of_kind(objects, "Deployment"):
+        env_vars = {e["name"]: e for e in container(workload).get("env", [])}
+        assert env_vars["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import socket
 from collections.abc import Sequence
@@ -79,7 +80,12 @@ class Running:
 
 
 def _hosts(options: ServeOptions) -> list[str]:
-    hosts = [*options.hosts, options.node_name, socket.gethostname()]
+    """The self-signed certificate's names, the Pod IP among them.
+
+    ``POD_IP`` (the downward API's ``status.podIP``) is the address Prometheus and the worker
+    dial.
+    """
+    hosts = [*options.hosts, options.node_name, socket.gethostname(), os.environ.get("POD_IP", "")]
     if options.bind_address not in {"0.0.0.0", "::"}:
         hosts.append(options.bind_address)
     return list(dict.fromkeys(h for h in hosts if h))

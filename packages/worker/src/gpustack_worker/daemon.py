@@ -11,6 +11,7 @@ authenticate the aggregator, and serving every request a 401 would look like an 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Sequence
@@ -214,7 +215,7 @@ SERVICE = "gpustack-operator-worker"
 def _hosts(options: WorkerOptions) -> list[str]:
     service = f"{SERVICE}.{options.system_namespace}"
     hosts = [*options.hosts, service, f"{service}.svc", f"{service}.svc.cluster.local"]
-    hosts.append(socket.gethostname())
+    hosts += [socket.gethostname(), os.environ.get("POD_IP", "")]  # POD_IP: downward API
     if options.bind_address not in {"0.0.0.0", "::"}:
         hosts.append(options.bind_address)
     return list(dict.fromkeys(h for h in hosts if h))
