@@ -171,12 +171,37 @@ def test_real_hardware_device_managers_select_their_nodes_and_open_the_library()
         assert "--simulate" not in flags(container(ds)["args"])
         assert "--bind-replayed-pids" not in flags(container(ds)["args"])  # real hardware
     nvidia = daemonsets[f"{DM}-nvidia"]
-    assert nvidia["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert "nodeSelector" not in nvidia["spec"]["template"]["spec"]
+    assert _selected_by(nvidia) == {
+        "nvidia.com/gpu.present",  # GPU Feature Discovery, the GPU Operator's
+        "feature.node.kubernetes.io/pci-10de.present",  # NFD, vendor-only PCI labels
+        "feature.node.kubernetes.io/pci-0302_10de.present",  # NFD's default class_vendor
+        "feature.node.kubernetes.io/pci-0300_10de.present",
+    }
     assert env(container(nvidia))["NVIDIA_VISIBLE_DEVICES"] == "all"
     amd = daemonsets[f"{DM}-amd"]
-    assert amd["spec"]["template"]["spec"]["nodeSelector"] == {
-        "feature.node.kubernetes.io/amd-gpu": "true"
+    assert _selected_by(amd) == {
+        "feature.node.kubernetes.io/amd-gpu",
+        "feature.node.kubernetes.io/pci-1002.present",
+        "feature.node.kubernetes.io/pci-0380_1002.present",
+        "feature.node.kubernetes.io/pci-0300_1002.present",
+        "feature.node.kubernetes.io/pci-1200_1002.present",
     }
+
+
+def _selected_by(daemonset: dict[str, Any]) -> set[str]:
+    """The label keys of a DaemonSet's required node affinity, one ORed term each = "true"."""
+    terms = daemonset["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    keys = set()
+    for term in terms:
+        [expression] = term["matchExpressions"]  # one label per term: any one suffices
+        assert expression["operator"] == "In"
+        assert expression["values"] == ["true"]
+        keys.add(expression["key"])
+    assert len(keys) == len(terms)
+    return keys
 
 
 def test_per_manufacturer_settings_reach_only_that_daemonset() -> None:
