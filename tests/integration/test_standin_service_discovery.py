@@ -232,7 +232,17 @@ async def test_discovery_lists_services_and_endpoints_and_hides_the_control_surf
         core = (await client.get("/api/v1")).json()
         groups = (await client.get("/apis")).text
     by_name = {r["name"]: r for r in core["resources"]}
-    assert by_name["services"]["verbs"] == ["get", "list", "watch"]
+    # The verbs a kube-apiserver lists for services (kubectl api-resources -o wide).
+    assert sorted(by_name["services"]["verbs"]) == [
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    ]
     assert by_name["endpoints"]["kind"] == "Endpoints"
     assert by_name["services"]["shortNames"] == ["svc"]
     assert "simulator" not in json.dumps(core) + groups

@@ -14,6 +14,7 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from gpustack_core.status import StatusError, no_route
+from gpustack_simulator.cluster.apiserver import ApiServer
 from gpustack_simulator.cluster.routes.aggregator import AggregatorRoutes
 from gpustack_simulator.cluster.routes.base import JSON, Caller
 from gpustack_simulator.cluster.routes.control import ControlRoutes
@@ -56,6 +57,7 @@ class Routes(
 
     def __init__(self, state: ClusterState) -> None:
         super().__init__(state)
+        self.api = ApiServer(state)
         self.state = state
         self.table: list[tuple[re.Pattern[str], Handler]] = [
             (re.compile(p), h)
@@ -67,19 +69,7 @@ class Routes(
                 (r"^/apis/worker\.gpustack\.ai/v1(?P<rest>/.*)?$", self.aggregate),
                 (r"^/apis/(?P<group>[^/]+)/?$", self.discover),
                 (r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/?$", self.discover),
-                (r"^/api/v1/pods$", self.pods),
-                (r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$", self.pods),
-                (r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$", self.pods),
-                (r"^/api/v1/services$", self.services),
-                (r"^/api/v1/namespaces/(?P<ns>[^/]+)/services$", self.services),
-                (r"^/api/v1/namespaces/(?P<ns>[^/]+)/services/(?P<name>[^/]+)$", self.services),
-                (r"^/api/v1/endpoints$", self.endpoints),
-                (r"^/api/v1/namespaces/(?P<ns>[^/]+)/endpoints$", self.endpoints),
-                (r"^/api/v1/namespaces/(?P<ns>[^/]+)/endpoints/(?P<name>[^/]+)$", self.endpoints),
-                (r"^/api/v1/nodes$", self.nodes),
-                (r"^/api/v1/nodes/(?P<name>[^/]+)$", self.nodes),
                 (r"^/api/v1/nodes/(?P<name>[^/]+)/proxy/(?P<rest>.*)$", self.node_proxy),
-                (r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps/(?P<name>[^/]+)$", self.configmap),
                 (r"^/apis/metrics\.k8s\.io/v1beta1/pods$", self.pod_metrics),
                 (
                     r"^/apis/metrics\.k8s\.io/v1beta1/namespaces/(?P<ns>[^/]+)/pods$",
@@ -92,17 +82,17 @@ class Routes(
                 (r"^/apis/authorization\.k8s\.io/v1/subjectaccessreviews$", self.sar),
                 (r"^/apis/authorization\.k8s\.io/v1/selfsubjectaccessreviews$", self.self_sar),
                 (r"^/apis/authentication\.k8s\.io/v1/tokenreviews$", self.token_review),
-                (r"^/apis/worker\.gpustack\.ai/v1alpha1/instances$", self.instances),
-                (
-                    r"^/apis/worker\.gpustack\.ai/v1alpha1/namespaces/(?P<ns>[^/]+)/instances$",
-                    self.instances,
-                ),
-                (
-                    r"^/apis/worker\.gpustack\.ai/v1alpha1/namespaces/(?P<ns>[^/]+)/instances/"
-                    r"(?P<name>[^/]+)$",
-                    self.instances,
-                ),
                 (r"^/simulator/v1/clock$", self.control_clock),
+                (
+                    r"^/api/(?P<version>v1)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)"
+                    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?$",
+                    self.objects,
+                ),
+                (
+                    r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?"
+                    r"/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?$",
+                    self.objects,
+                ),
                 (r"^/simulator/v1/faults$", self.control_faults),
                 (r"^/simulator/v1/state$", self.control_state),
             )

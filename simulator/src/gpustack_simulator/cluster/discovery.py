@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpustack_simulator.cluster.resources import Registry
+
 VERSION = {
     "major": "1",
     "minor": "34",
@@ -42,16 +44,8 @@ def _resource(
     return resource
 
 
-READ = ["get", "list", "watch"]
-
-CORE = [
-    _resource("pods", "Pod", READ, singular="pod", short=("po",)),
-    _resource("services", "Service", READ, singular="service", short=("svc",)),
-    _resource("endpoints", "Endpoints", READ, singular="endpoints", short=("ep",)),
-    _resource("nodes", "Node", ["get", "list", "watch"], namespaced=False, singular="node"),
-    _resource("nodes/proxy", "NodeProxyOptions", ["get"], namespaced=False),
-    _resource("configmaps", "ConfigMap", ["get"], singular="configmap"),
-]
+PROXY = _resource("nodes/proxy", "NodeProxyOptions", ["get"], namespaced=False)
+"""The kubelet behind the node proxy: served beside the object routes, listed with them."""
 
 GROUPS: dict[str, dict[str, list[dict[str, Any]]]] = {
     "authorization.k8s.io": {
@@ -68,12 +62,8 @@ GROUPS: dict[str, dict[str, list[dict[str, Any]]]] = {
         ]
     },
     "metrics.k8s.io": {"v1beta1": [_resource("pods", "PodMetrics", ["get", "list"])]},
-    "worker.gpustack.ai": {
-        "v1alpha1": [
-            _resource("instances", "Instance", ["get", "list", "watch"], singular="instance"),
-        ]
-    },
 }
+"""The groups served by fixed routes; every object group comes from the registry."""
 
 
 def _group(name: str, versions: list[str]) -> dict[str, Any]:
@@ -81,17 +71,45 @@ def _group(name: str, versions: list[str]) -> dict[str, Any]:
     return {"name": name, "versions": entries, "preferredVersion": entries[0]}
 
 
-def _versions(group: str, *, metrics_api: bool, aggregated: bool) -> list[str]:
-    if group == "metrics.k8s.io" and not metrics_api:
-        return []
-    versions = list(GROUPS.get(group, {}))
-    if group == "worker.gpustack.ai" and aggregated:
-        versions.insert(0, "v1")  # served by the worker through the aggregator
-    return versions
+def _served(registry: Registry, *, metrics_api: bool, aggregated: bool) -> dict[str, list[str]]:
+    served: dict[str, list[str]] = {}
+    for group, versions in registry.groups():
+        served[group] = list(versions)
+    for group, by_version in GROUPS.items():
+        if group == "metrics.k8s.io" and not metrics_api:
+            continue
+        served.setdefault(group, []).extend(v for v in by_version if v not in served[group])
+    if aggregated:
+        served.setdefault("worker.gpustack.ai", []).insert(0, "v1")  # the worker, aggregated
+    return served
+
+
+def _listed(registry: Registry, group: str, version: str) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    for resource in registry.listed(group, version):
+        entries.append(resource.discovery())
+        if resource.status:
+            entries.append(
+                _resource(
+                    f"{resource.plural}/status",
+                    resource.kind,
+                    ["get", "patch", "update"],
+                    namespaced=resource.namespaced,
+                )
+            )
+    if not group:
+        entries.append(PROXY)
+    return entries + list(GROUPS.get(group, {}).get(version, []))
 
 
 def document(
-    path: str, group: str, version: str, *, metrics_api: bool, aggregated: bool
+    path: str,
+    group: str,
+    version: str,
+    *,
+    metrics_api: bool,
+    aggregated: bool,
+    registry: Registry,
 ) -> dict[str, Any] | None:
     """The discovery document at ``path``, or ``None`` where nothing is served."""
     if path == "/api":
@@ -103,24 +121,26 @@ def document(
             ],
         }
     if path == "/api/v1":
-        return {"kind": "APIResourceList", "groupVersion": "v1", "resources": CORE}
+        return {
+            "kind": "APIResourceList",
+            "groupVersion": "v1",
+            "resources": _listed(registry, "", "v1"),
+        }
+    served = _served(registry, metrics_api=metrics_api, aggregated=aggregated)
     if path == "/apis":
-        groups = []
-        for name in GROUPS:
-            versions = _versions(name, metrics_api=metrics_api, aggregated=aggregated)
-            if versions:
-                groups.append(_group(name, versions))
+        groups = [_group(name, versions) for name, versions in served.items() if versions]
         return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
-    versions = _versions(group, metrics_api=metrics_api, aggregated=aggregated)
+    versions = served.get(group, [])
     if not versions:
         return None
     if not version:
         return {"kind": "APIGroup", "apiVersion": "v1", **_group(group, versions)}
-    if version not in GROUPS.get(group, {}):
+    listed = _listed(registry, group, version)
+    if not listed:
         return None
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",
         "groupVersion": f"{group}/{version}",
-        "resources": GROUPS[group][version],
+        "resources": listed,
     }

@@ -9,15 +9,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import yaml
+
 from gpustack_simulator.cluster import services
 from gpustack_simulator.cluster.pki import ClusterPKI
+from gpustack_simulator.cluster.resources import CONFIGMAP, INSTANCE, NODE, POD, Registry, from_crd
 from gpustack_simulator.cluster.services import ENDPOINTS, SERVICE
 from gpustack_simulator.cluster.store import Store
-from gpustack_simulator.scenario import Expanded, Fault, UserSpec
+from gpustack_simulator.scenario import RECORDINGS_DIR, Expanded, Fault, UserSpec
 
-POD, NODE, INSTANCE, CONFIGMAP = "Pod", "Node", "Instance", "ConfigMap"
 SYSTEM_NAMESPACE = "kube-system"
 AUTH_CONFIGMAP = "extension-apiserver-authentication"
+INSTANCE_CRD = RECORDINGS_DIR.parent / "clusters" / "crds" / "instances.worker.gpustack.ai.yaml"
+"""The project's Instance CRD: Instances written through the stand-in are validated by it."""
 
 
 class Clock(Protocol):
@@ -83,9 +87,14 @@ class ClusterState:
     faults: list[Fault] = field(default_factory=list)
     worker_url: str | None = None
     worker_ca: str | None = None
+    registry: Registry = field(default_factory=Registry)
 
     def __post_init__(self) -> None:
         self.faults = list(self.expanded.faults)
+        if INSTANCE_CRD.is_file():
+            # The chart's CRD, so a written Instance is checked against what a cluster checks.
+            for resource in from_crd(yaml.safe_load(INSTANCE_CRD.read_text())):
+                self.registry.add(resource)
         for node in self.expanded.nodes:
             self.store.put(NODE, node)
         for pod in self.expanded.pods:
@@ -93,6 +102,10 @@ class ClusterState:
         for instance in self.expanded.instances:
             self.store.put(INSTANCE, instance)
         self.store.put(CONFIGMAP, self._auth_configmap())
+        self._sync_services()
+
+    def pods_changed(self) -> None:
+        """Recompute what derives from Pods (the Device Manager Endpoints) after a write."""
         self._sync_services()
 
     def _sync_services(self) -> None:
@@ -204,3 +217,16 @@ class ClusterState:
         """A copy of a Pod as stored now."""
         found = self.store.get(POD, namespace, name)
         return copy.deepcopy(found) if found is not None else None
+
+
+__all__ = [
+    "AUTH_CONFIGMAP",
+    "CONFIGMAP",
+    "INSTANCE",
+    "NODE",
+    "POD",
+    "SYSTEM_NAMESPACE",
+    "ClockRangeError",
+    "ClusterState",
+    "ScenarioClock",
+]

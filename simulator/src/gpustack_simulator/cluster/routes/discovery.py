@@ -21,7 +21,12 @@ class DiscoveryRoutes(RouteBase):
         metrics = self.state.fault_active("metrics-api-absent") is None
         path = request.path.rstrip("/")
         document = discovery.document(
-            path, group, version, metrics_api=metrics, aggregated=self.state.worker_url is not None
+            path,
+            group,
+            version,
+            metrics_api=metrics,
+            aggregated=self.state.worker_url is not None,
+            registry=self.state.registry,
         )
         if document is None:
             raise no_route()

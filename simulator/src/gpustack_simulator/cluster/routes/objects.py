@@ -7,24 +7,19 @@ from typing import Any
 
 import msgspec
 import trio
+import yaml
 from quart import Response, request
 
-from gpustack_core.status import StatusError, not_found
+from gpustack_core.status import StatusError, no_route, not_found
+from gpustack_simulator.cluster.apiserver import ApiServer
+from gpustack_simulator.cluster.resources import Resource
 from gpustack_simulator.cluster.routes.base import JSON, Caller, RouteBase, json_response, list_item
 from gpustack_simulator.cluster.selectors import SelectorError, field_selector, label_selector
-from gpustack_simulator.cluster.services import ENDPOINTS, SERVICE
-from gpustack_simulator.cluster.state import (
-    CONFIGMAP,
-    INSTANCE,
-    NODE,
-    POD,
-)
 from gpustack_simulator.cluster.store import TooOld, matches
 
 WATCH_BOOKMARK_SECONDS = 5.0
 """How often an idle watch that asked for bookmarks gets one."""
 DEFAULT_WATCH_SECONDS = 1800.0
-WORKER_GROUP = "worker.gpustack.ai"
 ENDPOINTS_DEPRECATED = (
     '299 - "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice"'
 )
@@ -32,53 +27,151 @@ ENDPOINTS_DEPRECATED = (
 
 
 class ObjectRoutes(RouteBase):
-    """Pods, Services, Endpoints, Nodes, Instances and ConfigMaps from the store."""
+    """Every resource in the registry: get, list, watch, create, update, patch, delete."""
 
-    async def pods(
-        self, caller: Caller, ns: str | None = None, name: str | None = None
+    api: ApiServer
+
+    async def objects(
+        self,
+        caller: Caller,
+        plural: str,
+        group: str = "",
+        version: str = "v1",
+        ns: str | None = None,
+        name: str | None = None,
+        sub: str | None = None,
     ) -> Response:
-        """Pods: get, list or watch."""
-        self.require_method("GET")
-        return await self._objects(caller, POD, "pods", "", "v1", ns, name)
+        """Dispatch on the method; the path's resource decides scope and subresources."""
+        resource = self.state.registry.find(group, version, plural)
+        if resource is None or (ns is not None and not resource.namespaced):
+            raise no_route()
+        if sub is not None and (name is None or not resource.status):
+            raise no_route()
+        method = request.method
+        namespace = ns or ""
+        if method == "GET":
+            response = await self._objects(
+                caller, resource.kind, plural, group, resource.api_version, ns, name
+            )
+            if plural == "endpoints" and not group:
+                response.headers["Warning"] = ENDPOINTS_DEPRECATED
+            return response
+        if resource.namespaced and ns is None:
+            raise no_route()
+        subresource = sub or ""
+        if method == "POST" and name is None:
+            self.authorize(caller, "create", plural, group=group, namespace=namespace)
+            created = self.api.create(resource, namespace, await self._body())
+            return json_response(created, 201)
+        if name is None:
+            if method == "DELETE":
+                return await self._delete_collection(caller, resource, namespace)
+            raise self._not_allowed()
+        if method == "PUT":
+            self.authorize(
+                caller,
+                "update",
+                plural,
+                group=group,
+                subresource=subresource,
+                namespace=namespace,
+                name=name,
+            )
+            body = await self._body()
+            return json_response(
+                self.api.replace(resource, namespace, name, body, subresource=subresource)
+            )
+        if method == "PATCH":
+            self.authorize(
+                caller,
+                "patch",
+                plural,
+                group=group,
+                subresource=subresource,
+                namespace=namespace,
+                name=name,
+            )
+            content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+            body = await self._body()
+            return json_response(
+                self.api.patch(
+                    resource, namespace, name, body, content_type, subresource=subresource
+                )
+            )
+        if method == "DELETE" and sub is None:
+            self.authorize(caller, "delete", plural, group=group, namespace=namespace, name=name)
+            return json_response(
+                self.api.delete(resource, namespace, name, await self._delete_options())
+            )
+        raise self._not_allowed()
 
-    async def services(
-        self, caller: Caller, ns: str | None = None, name: str | None = None
+    async def _delete_collection(
+        self, caller: Caller, resource: Resource, namespace: str
     ) -> Response:
-        """Services: get, list or watch."""
-        self.require_method("GET")
-        return await self._objects(caller, SERVICE, "services", "", "v1", ns, name)
-
-    async def endpoints(
-        self, caller: Caller, ns: str | None = None, name: str | None = None
-    ) -> Response:
-        """Endpoints, with the deprecation warning a 1.33+ API server attaches."""
-        self.require_method("GET")
-        response = await self._objects(caller, ENDPOINTS, "endpoints", "", "v1", ns, name)
-        response.headers["Warning"] = ENDPOINTS_DEPRECATED
-        return response
-
-    async def nodes(self, caller: Caller, name: str | None = None) -> Response:
-        """Nodes: get, list or watch."""
-        self.require_method("GET")
-        return await self._objects(caller, NODE, "nodes", "", "v1", None, name)
-
-    async def instances(
-        self, caller: Caller, ns: str | None = None, name: str | None = None
-    ) -> Response:
-        """``worker.gpustack.ai/v1alpha1`` Instances: get, list or watch."""
-        self.require_method("GET")
-        return await self._objects(
-            caller, INSTANCE, "instances", WORKER_GROUP, f"{WORKER_GROUP}/v1alpha1", ns, name
+        self.authorize(
+            caller, "deletecollection", resource.plural, group=resource.group, namespace=namespace
+        )
+        predicate = self._selectors()
+        options = await self._delete_options()
+        gone = []
+        for obj in list(self.state.store.list(resource.kind, namespace or None)):
+            if predicate(obj):
+                meta = obj["metadata"]
+                if self.state.store.get(resource.kind, namespace, meta["name"]) is not None:
+                    gone.append(
+                        list_item(self.api.delete(resource, namespace, meta["name"], options))
+                    )
+        return json_response(
+            {
+                "kind": f"{resource.kind}List",
+                "apiVersion": resource.api_version,
+                "metadata": {"resourceVersion": str(self.state.store.version)},
+                "items": gone,
+            }
         )
 
-    async def configmap(self, caller: Caller, ns: str, name: str) -> Response:
-        """One ConfigMap (the front-proxy CA the worker reads)."""
-        self.require_method("GET")
-        self.authorize(caller, "get", "configmaps", namespace=ns, name=name)
-        obj = self.state.store.get(CONFIGMAP, ns, name)
-        if obj is None:
-            raise not_found("configmaps", name)
-        return json_response(obj)
+    @staticmethod
+    def _not_allowed() -> StatusError:
+        return StatusError(
+            405,
+            f"the server does not allow this method on the requested resource ({request.method})",
+            reason="MethodNotAllowed",
+        )
+
+    @staticmethod
+    async def _raw() -> bytes:
+        raw = await request.get_data(as_text=False)
+        return raw if isinstance(raw, bytes) else raw.encode()
+
+    async def _body(self) -> Any:
+        data = await self._raw()
+        if "protobuf" in request.headers.get("Content-Type", ""):
+            raise StatusError(
+                415, "the stand-in reads JSON bodies only", reason="UnsupportedMediaType"
+            )
+        try:
+            if "yaml" in request.headers.get("Content-Type", ""):
+                return yaml.safe_load(data)
+            return msgspec.json.decode(data)
+        except (msgspec.DecodeError, yaml.YAMLError) as exc:
+            raise StatusError(400, f"the request body is not JSON: {exc}") from exc
+
+    async def _delete_options(self) -> dict[str, Any]:
+        data = await self._raw()
+        options: dict[str, Any] = {}
+        if data.strip():
+            try:
+                decoded = msgspec.json.decode(data)
+            except msgspec.DecodeError as exc:
+                raise StatusError(400, f"the DeleteOptions body is not JSON: {exc}") from exc
+            if not isinstance(decoded, dict):
+                raise StatusError(400, "the DeleteOptions body is not an object")
+            options.update(decoded)
+        for key in ("propagationPolicy", "gracePeriodSeconds"):
+            if key in request.args:
+                value: Any = request.args[key]
+                options[key] = int(value) if key == "gracePeriodSeconds" else value
+        return options
 
     async def _objects(
         self,
@@ -103,7 +196,7 @@ class ObjectRoutes(RouteBase):
             caller, "watch" if watching else "list", resource, group=group, namespace=ns or ""
         )
         if watching:
-            return self._watch(kind, ns, predicate)
+            return self._watch(kind, api_version, ns, predicate)
         items = [list_item(o) for o in store.list(kind, ns) if predicate(o)]
         return json_response(
             {
@@ -123,7 +216,11 @@ class ObjectRoutes(RouteBase):
         return lambda obj: labels(obj) and fields(obj)
 
     def _watch(
-        self, kind: str, ns: str | None, predicate: Callable[[Mapping[str, Any]], bool]
+        self,
+        kind: str,
+        api_version: str,
+        ns: str | None,
+        predicate: Callable[[Mapping[str, Any]], bool],
     ) -> Response:
         store = self.state.store
         raw_version = request.args.get("resourceVersion", "")
@@ -157,7 +254,7 @@ class ObjectRoutes(RouteBase):
                         ) as idle:
                             await store.wait_changed()
                         if idle.cancelled_caught and bookmarks:
-                            yield _bookmark(kind, store.version)
+                            yield _bookmark(kind, api_version, store.version)
                         continue
                     for event in pending:
                         last = event.version
@@ -173,8 +270,7 @@ def _event(kind: str, obj: Mapping[str, Any]) -> bytes:
     return msgspec.json.encode({"type": kind, "object": obj}) + b"\n"
 
 
-def _bookmark(kind: str, version: int) -> bytes:
-    api_version = f"{WORKER_GROUP}/v1alpha1" if kind == INSTANCE else "v1"
+def _bookmark(kind: str, api_version: str, version: int) -> bytes:
     return _event(
         "BOOKMARK",
         {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": str(version)}},

@@ -1,0 +1,583 @@
+"""Write semantics of an API server over the stand-in's store: what a controller relies on.
+
+Create, update (PUT), patch and delete for every resource in the registry, with the rules
+envtest's kube-apiserver enforces and controllers are written against:
+
+- every write gets the next ``resourceVersion``; an update naming an older one is a 409
+  ``Conflict``, a create of an existing name a 409 ``AlreadyExists``;
+- the server defaults ``uid``, ``creationTimestamp``, ``generation`` and names from
+  ``generateName``; ``metadata.generation`` moves only when the spec does;
+- a resource with a ``/status`` subresource ignores ``status`` on its main resource and
+  everything but ``status`` on the subresource;
+- a delete sets ``deletionTimestamp`` while finalizers remain and removes the object once an
+  update clears the last one; ``propagationPolicy`` drives ownerReference garbage collection
+  (``Background`` collects dependents after the owner, ``Foreground`` before it, ``Orphan``
+  strips the reference instead);
+- a custom resource is pruned and validated against its CRD's structural schema (422 with the
+  field paths), and a CRD created through the API is served at once.
+
+Errors are ``Status`` bodies with the API server's reason, code, message and details.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import string
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from gpustack_core.status import StatusError, not_found
+from gpustack_simulator.cluster import patch as patching
+from gpustack_simulator.cluster.kubelet import NodeSimulator
+from gpustack_simulator.cluster.resources import CRD, CrdError, Resource, from_crd
+from gpustack_simulator.cluster.state import ClusterState
+from gpustack_simulator.cluster.validation import validate
+
+FOREGROUND = "foregroundDeletion"
+ORPHAN = "orphan"
+GENERATE_SUFFIX = 5
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+"""The API server's name-suffix alphabet (no vowels, no look-alikes)."""
+
+
+def now_stamp() -> str:
+    """Wall-clock RFC 3339 in UTC, whole seconds, as ``creationTimestamp`` is written."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def invalid(resource: Resource, name: str, causes: list[tuple[str, str, str]]) -> StatusError:
+    """A 422 ``Invalid`` whose details list each cause with its field path."""
+    text = "; ".join(f"{field}: {message}" for field, message, _ in causes)
+    error = StatusError(
+        422,
+        f'{resource.kind}.{resource.group or "core"} "{name}" is invalid: {text}'
+        if resource.group
+        else f'{resource.kind} "{name}" is invalid: {text}',
+        kind=resource.kind,
+        name=name,
+        group=resource.group,
+        reason="Invalid",
+    )
+    error.details["causes"] = [
+        {"reason": reason, "message": message, "field": field} for field, message, reason in causes
+    ]
+    return error
+
+
+def conflict(resource: Resource, name: str, message: str) -> StatusError:
+    """The 409 an update with a stale ``resourceVersion`` gets."""
+    qualified = f"{resource.plural}.{resource.group}" if resource.group else resource.plural
+    return StatusError(
+        409,
+        f'Operation cannot be fulfilled on {qualified} "{name}": {message}',
+        kind=resource.plural,
+        name=name,
+        group=resource.group,
+        reason="Conflict",
+    )
+
+
+def _spec_view(resource: Resource, obj: Mapping[str, Any]) -> Any:
+    """What ``metadata.generation`` tracks: the spec, or everything but metadata and status."""
+    if resource.spec_key is not None and resource.spec_key in obj:
+        return obj.get(resource.spec_key)
+    return {k: v for k, v in obj.items() if k not in {"metadata", "status"}}
+
+
+class ApiServer:
+    """Create, update, patch and delete over ``state``'s store, with watches for each write."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.store = state.store
+        self.registry = state.registry
+        self.nodes = NodeSimulator(state)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def current(self, resource: Resource, namespace: str, name: str) -> dict[str, Any]:
+        """A copy of the object, or the 404 a controller expects."""
+        found = self.store.get(resource.kind, namespace, name)
+        if found is None:
+            raise not_found(resource.plural, name, resource.group)
+        return copy.deepcopy(found)
+
+    # -- create ----------------------------------------------------------------------------
+
+    def create(self, resource: Resource, namespace: str, body: Any) -> dict[str, Any]:
+        """POST: defaults, validation, ``AlreadyExists``; dependents of CRDs and Pods follow."""
+        obj = self._body(resource, body)
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise invalid(
+                    resource,
+                    "",
+                    [
+                        (
+                            "metadata.name",
+                            "Required value: name or generateName is required",
+                            "FieldValueRequired",
+                        )
+                    ],
+                )
+            meta["name"] = self._generate(resource, namespace, str(prefix))
+        name = str(meta["name"])
+        self._namespace(resource, namespace, meta)
+        if self.store.get(resource.kind, namespace, name) is not None:
+            qualified = f"{resource.plural}.{resource.group}" if resource.group else resource.plural
+            raise StatusError(
+                409,
+                f'{qualified} "{name}" already exists',
+                kind=resource.plural,
+                name=name,
+                group=resource.group,
+                reason="AlreadyExists",
+            )
+        for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(key, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_stamp()
+        meta["generation"] = 1
+        if resource.status and resource.kind not in {"Node"}:
+            obj.pop("status", None)
+        self._validate(resource, obj)
+        if resource.kind == CRD:
+            self._register(obj)
+        self._defaults(resource, obj, None)
+        stored = self.store.put(resource.kind, obj)
+        self.after_write(resource, stored)
+        return copy.deepcopy(self.store.get(resource.kind, namespace, name) or stored)
+
+    def _generate(self, resource: Resource, namespace: str, prefix: str) -> str:
+        for _ in range(16):
+            suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(GENERATE_SUFFIX))
+            if self.store.get(resource.kind, namespace, prefix + suffix) is None:
+                return prefix + suffix
+        raise StatusError(500, f"could not generate a unique name from {prefix!r}")
+
+    # -- update and patch ------------------------------------------------------------------
+
+    def replace(
+        self, resource: Resource, namespace: str, name: str, body: Any, *, subresource: str = ""
+    ) -> dict[str, Any]:
+        """PUT: a stale ``resourceVersion`` is a 409; no version means unconditional."""
+        incoming = self._body(resource, body)
+        meta = incoming.setdefault("metadata", {})
+        if meta.get("name", name) != name:
+            raise StatusError(
+                400,
+                f"the name of the object ({meta.get('name')}) does not match "
+                f"the name on the URL ({name})",
+            )
+        self._namespace(resource, namespace, meta)
+        current = self.current(resource, namespace, name)
+        return self._write(resource, current, incoming, subresource)
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        body: Any,
+        content_type: str,
+        *,
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        """PATCH with the content type's semantics, then the same rules as an update."""
+        current = self.current(resource, namespace, name)
+        base = copy.deepcopy(current)
+        base["metadata"].pop("resourceVersion", None)  # only the patch may carry a precondition
+        try:
+            if content_type == patching.MERGE:
+                patched = patching.merge_patch(base, body)
+            elif content_type == patching.JSON_PATCH:
+                patched = patching.json_patch(current, body)
+                if patched.get("metadata", {}).get("resourceVersion") == current["metadata"].get(
+                    "resourceVersion"
+                ):
+                    patched["metadata"].pop("resourceVersion", None)
+            elif content_type == patching.STRATEGIC:
+                if not resource.strategic:
+                    raise StatusError(
+                        415,
+                        "the body of the request was in an unknown format - accepted media "
+                        f"types include: {patching.JSON_PATCH}, {patching.MERGE}, "
+                        f"{patching.APPLY}",
+                        reason="UnsupportedMediaType",
+                    )
+                patched = patching.strategic_merge(base, body, kind=resource.kind)
+            else:
+                raise StatusError(
+                    415,
+                    f"the body of the request was in an unknown format - accepted media types "
+                    f"include: {patching.JSON_PATCH}, {patching.MERGE}, {patching.STRATEGIC}",
+                    reason="UnsupportedMediaType",
+                )
+        except patching.PatchError as exc:
+            raise StatusError(
+                422,
+                str(exc),
+                kind=resource.plural,
+                name=name,
+                group=resource.group,
+                reason="Invalid",
+            ) from exc
+        if not isinstance(patched, dict):
+            raise StatusError(422, "the patch does not leave an object", reason="Invalid")
+        meta = patched.setdefault("metadata", {})
+        if meta.get("name") != name:
+            raise StatusError(400, "the patch may not change metadata.name")
+        return self._write(resource, current, patched, subresource)
+
+    def _write(
+        self,
+        resource: Resource,
+        current: dict[str, Any],
+        incoming: dict[str, Any],
+        subresource: str,
+    ) -> dict[str, Any]:
+        meta, old = incoming["metadata"], current["metadata"]
+        name = str(old["name"])
+        wanted = meta.get("resourceVersion")
+        if wanted not in (None, "") and str(wanted) != old["resourceVersion"]:
+            raise conflict(
+                resource,
+                name,
+                "the object has been modified; please apply your "
+                "changes to the latest version and try again",
+            )
+        if subresource == "status":
+            result = copy.deepcopy(current)
+            if "status" in incoming:
+                result["status"] = incoming["status"]
+            else:
+                result.pop("status", None)
+        else:
+            result = self._main(resource, current, incoming)
+        result["metadata"].pop("resourceVersion", None)
+        self._defaults(resource, result, current)
+        if _unstamped(result) == _unstamped(current):
+            return current  # a no-op write does not move resourceVersion, as on a cluster
+        stored = self.store.put(resource.kind, result)
+        self.after_write(resource, stored)
+        found = self.store.get(resource.kind, old.get("namespace", ""), name)
+        return copy.deepcopy(found if found is not None else stored)
+
+    def _main(
+        self, resource: Resource, current: dict[str, Any], incoming: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A write to the main resource: status kept, server fields kept, generation moved."""
+        old = current["metadata"]
+        result = incoming
+        if resource.status:
+            if "status" in current:
+                result["status"] = current["status"]
+            else:
+                result.pop("status", None)
+        for key in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "generation",
+            "deletionGracePeriodSeconds",
+        ):
+            if key in old:
+                result["metadata"][key] = old[key]
+            else:
+                result["metadata"].pop(key, None)
+        if old.get("deletionTimestamp"):
+            added = set(result["metadata"].get("finalizers") or ()) - set(
+                old.get("finalizers") or ()
+            )
+            if added:
+                raise StatusError(
+                    422,
+                    f"metadata.finalizers: Forbidden: no new finalizers "
+                    f"can be added if the object is being deleted, found new "
+                    f"finalizers {sorted(added)}",
+                    reason="Invalid",
+                )
+        if _spec_view(resource, result) != _spec_view(resource, current):
+            result["metadata"]["generation"] = int(old.get("generation") or 1) + 1
+        self._validate(resource, result)
+        if resource.kind == CRD:
+            self._register(result)
+        return result
+
+    # -- delete ----------------------------------------------------------------------------
+
+    def delete(
+        self, resource: Resource, namespace: str, name: str, options: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """DELETE with ``DeleteOptions``: preconditions, propagation, finalizers, grace."""
+        current = self.current(resource, namespace, name)
+        meta = current["metadata"]
+        pre = options.get("preconditions") or {}
+        for key in ("uid", "resourceVersion"):
+            if pre.get(key) and str(pre[key]) != str(meta.get(key)):
+                raise conflict(
+                    resource,
+                    name,
+                    f"Precondition failed: {key.replace('resourceVersion', 'ResourceVersion')}"
+                    f"{'UID' if key == 'uid' else ''} in precondition: {pre[key]}, "
+                    f"{key} in object meta: {meta.get(key)}".replace("uidUID", "UID"),
+                )
+        policy = options.get("propagationPolicy") or (
+            "Orphan" if options.get("orphanDependents") else "Background"
+        )
+        if policy not in {"Background", "Foreground", "Orphan"}:
+            raise StatusError(400, f'propagationPolicy: Unsupported value: "{policy}"')
+        finalizers: list[str] = list(meta.get("finalizers") or ())
+        if policy == "Foreground" and FOREGROUND not in finalizers and self._dependents(meta):
+            finalizers.append(FOREGROUND)
+        if policy == "Orphan" and ORPHAN not in finalizers and self._dependents(meta):
+            finalizers.append(ORPHAN)
+        graceful = resource.kind == "Pod" and self.nodes.graceful(current, options)
+        if finalizers or graceful:
+            if not meta.get("deletionTimestamp"):
+                meta["deletionTimestamp"] = now_stamp()
+                meta["deletionGracePeriodSeconds"] = int(
+                    options.get("gracePeriodSeconds") or (30 if graceful else 0)
+                )
+            meta["finalizers"] = finalizers
+            stored = self.store.put(resource.kind, current)
+            self.after_write(resource, stored)
+            found = self.store.get(resource.kind, namespace, name)
+            return copy.deepcopy(found if found is not None else stored)
+        return self.remove(resource, current)
+
+    def remove(self, resource: Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Take the object out of the store now; collect what it owned."""
+        meta = obj["metadata"]
+        gone = self.store.delete(resource.kind, meta.get("namespace", ""), meta["name"])
+        if resource.kind == CRD:
+            spec = obj.get("spec") or {}
+            self.registry.remove_crd(
+                str(spec.get("group")), str((spec.get("names") or {}).get("plural"))
+            )
+        if resource.kind == "Pod":
+            self.state.pods_changed()
+        self.collect()
+        return gone if gone is not None else dict(obj)
+
+    # -- garbage collection ----------------------------------------------------------------
+
+    def _all(self) -> list[tuple[Resource, dict[str, Any]]]:
+        found = []
+        seen: set[str] = set()
+        for resource in list(self.registry.resources.values()):
+            if resource.kind in seen:
+                continue
+            seen.add(resource.kind)
+            found += [(resource, obj) for obj in self.store.list(resource.kind)]
+        return found
+
+    def _dependents(self, meta: Mapping[str, Any]) -> list[tuple[Resource, dict[str, Any]]]:
+        uid = meta.get("uid")
+        return [
+            (r, o)
+            for r, o in self._all()
+            if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or ())
+        ]
+
+    def collect(self) -> None:
+        """The garbage collector: run until nothing more is collected.
+
+        A dependent whose every owner is gone is deleted (in the background, its own
+        dependents following); an owner waiting in ``foregroundDeletion`` loses its finalizer
+        once its dependents are gone; one waiting in ``orphan`` strips its references first.
+        """
+        for _ in range(64):
+            if not self._collect_once():
+                return
+
+    def _collect_once(self) -> bool:
+        everything = self._all()
+        uids = {o["metadata"].get("uid") for _, o in everything}
+        changed = False
+        for resource, obj in everything:
+            meta = obj["metadata"]
+            finalizers = list(meta.get("finalizers") or ())
+            if meta.get("deletionTimestamp") and ORPHAN in finalizers:
+                for dep_resource, dep in self._dependents(meta):
+                    refs = [
+                        r
+                        for r in dep["metadata"]["ownerReferences"]
+                        if r.get("uid") != meta.get("uid")
+                    ]
+                    dep["metadata"]["ownerReferences"] = refs
+                    self.store.put(dep_resource.kind, dep)
+                self._finish(resource, obj, ORPHAN)
+                return True
+            if meta.get("deletionTimestamp") and FOREGROUND in finalizers:
+                dependents = self._dependents(meta)
+                for dep_resource, dep in dependents:
+                    if not dep["metadata"].get("deletionTimestamp"):
+                        self.delete(
+                            dep_resource,
+                            dep["metadata"].get("namespace", ""),
+                            dep["metadata"]["name"],
+                            {"propagationPolicy": "Foreground"},
+                        )
+                        changed = True
+                if not self._dependents(meta):
+                    self._finish(resource, obj, FOREGROUND)
+                    return True
+                continue
+            owners: list[dict[str, Any]] = meta.get("ownerReferences") or []
+            if (
+                owners
+                and not meta.get("deletionTimestamp")
+                and not any(r.get("uid") in uids for r in owners)
+            ):
+                self.delete(
+                    resource,
+                    meta.get("namespace", ""),
+                    meta["name"],
+                    {"propagationPolicy": "Background"},
+                )
+                return True
+        return changed
+
+    def _finish(self, resource: Resource, obj: dict[str, Any], finalizer: str) -> None:
+        current = self.store.get(
+            resource.kind, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+        )
+        if current is None:
+            return
+        updated = copy.deepcopy(current)
+        updated["metadata"]["finalizers"] = [
+            f for f in updated["metadata"].get("finalizers") or () if f != finalizer
+        ]
+        if not updated["metadata"]["finalizers"]:
+            del updated["metadata"]["finalizers"]
+        stored = self.store.put(resource.kind, updated)
+        self.after_write(resource, stored)
+
+    # -- what follows every write ----------------------------------------------------------
+
+    def after_write(self, resource: Resource, stored: Mapping[str, Any]) -> None:
+        """Finalizers cleared on a deleting object remove it; Pods go to the node simulator."""
+        meta = stored["metadata"]
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and (resource.kind != "Pod" or not self.nodes.graceful(stored, {}))
+        ):
+            self.remove(resource, stored)
+            return
+        if resource.kind == "Pod":
+            self.nodes.reconcile(self)
+            self.state.pods_changed()
+        elif resource.kind == "Node":
+            self.nodes.reconcile(self)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _body(resource: Resource, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise StatusError(400, "the body of the request is not a JSON object")
+        obj = copy.deepcopy(body)
+        kind, api_version = (
+            obj.setdefault("kind", resource.kind),
+            obj.setdefault("apiVersion", resource.api_version),
+        )
+        if kind != resource.kind or api_version != resource.api_version:
+            raise StatusError(
+                400,
+                f"the API version in the data ({api_version}) does not match the expected API "
+                f"version ({resource.api_version})"
+                if api_version != resource.api_version
+                else f"the kind in the data ({kind}) does not match the expected kind "
+                f"({resource.kind})",
+            )
+        if not isinstance(obj.get("metadata", {}), dict):
+            raise StatusError(400, "metadata is not an object")
+        return obj
+
+    @staticmethod
+    def _namespace(resource: Resource, namespace: str, meta: dict[str, Any]) -> None:
+        if not resource.namespaced:
+            meta.pop("namespace", None)
+            return
+        given = meta.setdefault("namespace", namespace)
+        if given != namespace:
+            raise StatusError(
+                400,
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request",
+            )
+
+    def _validate(self, resource: Resource, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        causes: list[tuple[str, str, str]] = []
+        name = str(meta.get("name", ""))
+        if len(name) > 253 or not _DNS_SUBDOMAIN(name):
+            causes.append(
+                (
+                    "metadata.name",
+                    f'Invalid value: "{name}": a lowercase RFC 1123 '
+                    "subdomain must consist of lower case alphanumeric characters, '-' "
+                    "or '.', and must start and end with an alphanumeric character",
+                    "FieldValueInvalid",
+                )
+            )
+        if resource.schema is not None:
+            causes += [(c.field, c.message, c.reason) for c in validate(obj, resource.schema)]
+        if causes:
+            raise invalid(resource, name, causes)
+
+    def _register(self, crd: Mapping[str, Any]) -> None:
+        try:
+            found = from_crd(crd)
+        except CrdError as exc:
+            name = str((crd.get("metadata") or {}).get("name", ""))
+            crd_resource = self.registry.find(
+                "apiextensions.k8s.io", "v1", "customresourcedefinitions"
+            )
+            assert crd_resource is not None
+            field, _, message = str(exc).partition(": ")
+            raise invalid(crd_resource, name, [(field, message, "FieldValueInvalid")]) from exc
+        for resource in found:
+            self.registry.add(resource)
+
+    def _defaults(
+        self, resource: Resource, obj: dict[str, Any], previous: Mapping[str, Any] | None
+    ) -> None:
+        if resource.kind == "Service":
+            self.nodes.service_defaults(obj, previous)
+        elif resource.kind == "Pod" and "status" not in obj:
+            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        elif resource.kind == CRD:
+            obj["status"] = {
+                "acceptedNames": dict((obj.get("spec") or {}).get("names") or {}),
+                "conditions": [
+                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted"},
+                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts"},
+                ],
+                "storedVersions": [
+                    v["name"]
+                    for v in (obj.get("spec") or {}).get("versions") or ()
+                    if v.get("storage")
+                ],
+            }
+
+
+def _DNS_SUBDOMAIN(name: str) -> bool:  # noqa: N802 — named as the API server's validator
+    allowed = set(string.ascii_lowercase + string.digits + "-.")
+    return bool(name) and set(name) <= allowed and name[0].isalnum() and name[-1].isalnum()
+
+
+def _unstamped(obj: Mapping[str, Any]) -> Any:
+    copied = copy.deepcopy(dict(obj))
+    copied.get("metadata", {}).pop("resourceVersion", None)
+    return copied
+
+
+Mutator = Callable[[dict[str, Any]], None]
