@@ -347,6 +347,7 @@ class ApiServer:
             meta["finalizers"] = finalizers
             stored = self.store.put(resource.kind, current)
             self.after_write(resource, stored)
+            self.collect()  # foregroundDeletion and orphan are the collector's to finish
             found = self.store.get(resource.kind, namespace, name)
             return copy.deepcopy(found if found is not None else stored)
         return self.remove(resource, current)
