@@ -186,4 +186,11 @@ log "running tests/e2e/kind"
 # shellcheck disable=SC2086
 GPUSTACK_E2E_KIND_KUBECONFIG="$KUBECONFIG" GPUSTACK_E2E_KIND_IMAGE="$image" \
     uv run --frozen --no-sync pytest tests/e2e/kind -p no:cacheprovider -ra ${PYTEST_ARGS:-}
+
+log "running tests/contract against the kind API server"
+# The client contract suite the stand-in passes locally, now against a real kube-apiserver:
+# every verb, patch type, 409, status subresource, GC and watch resume.
+# shellcheck disable=SC2086
+GPUSTACK_CONTRACT_KUBECONFIG="$KUBECONFIG" \
+    uv run --frozen --no-sync pytest tests/contract -p no:cacheprovider -ra ${PYTEST_ARGS:-}
 log "passed"
