@@ -208,13 +208,6 @@ class Freshness:
 DEFAULT_FRESHNESS_POLICY = Freshness()
 
 
-def freshness_bound(
-    snapshot: MonitorSnapshot, freshness: Freshness = DEFAULT_FRESHNESS_POLICY
-) -> timedelta:
-    """Three monitor periods as :meth:`Freshness.bound` decides them."""
-    return freshness.bound(snapshot)
-
-
 def is_fresh(
     snapshot: MonitorSnapshot, now: datetime, freshness: Freshness = DEFAULT_FRESHNESS_POLICY
 ) -> bool:

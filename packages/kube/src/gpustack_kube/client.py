@@ -356,18 +356,22 @@ class KubeClient:
         content: bytes | None = None,
         content_type: str = "application/json",
         timeout: httpx.Timeout | None = None,
+        http: httpx.AsyncClient | None = None,
     ) -> httpx.Response:
         """Send and return the response with its body unread (the caller must close it).
 
         A 401 to an exec plugin's credential re-runs the plugin and sends once more, as
         client-go does: the credential may have been revoked before its stated expiry.
+        ``http`` sends to another server (a kubelet) with this identity; by default the API
+        server's pool (read per attempt: a rotated plugin certificate replaces it).
         """
         for attempt in (1, 2):
             credential = await self._credential()
             headers = self._headers(credential)
             if content is not None:
                 headers["Content-Type"] = content_type
-            request = self._http.build_request(
+            pool = http if http is not None else self._http
+            request = pool.build_request(
                 method,
                 path,
                 params=_query(params),
@@ -376,7 +380,7 @@ class KubeClient:
                 timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
             try:
-                response = await self._http.send(request, stream=True)
+                response = await pool.send(request, stream=True)
             except httpx.TransportError as exc:
                 raise TransportError(f"{method} {path}: {exc!r}") from exc
             if response.status_code != 401 or credential is None or attempt == 2:
@@ -409,7 +413,7 @@ class KubeClient:
             raise TransportError(f"{response.request.method} {path}: {exc!r}") from exc
         finally:
             if over:
-                await _abandon(response, stream)
+                await abandon_body(response, stream)
             await response.aclose()
         if over and ok:
             raise TooLarge(path, size if cap is None else cap)
@@ -441,12 +445,7 @@ class KubeClient:
         For a kubelet read directly (``nodes/stats``): the kubelet authorizes the same token
         or exec credential the API server accepts; ``http`` carries the kubelet's own TLS.
         """
-        headers = self._headers(await self._credential())
-        request = http.build_request("GET", url, headers=headers)
-        try:
-            response = await http.send(request, stream=True)
-        except httpx.TransportError as exc:
-            raise TransportError(f"GET {url}: {exc!r}") from exc
+        response = await self._send("GET", url, http=http)
         return await self._read(response, url, limit)
 
     async def _write(
@@ -583,11 +582,11 @@ class KubeClient:
             raise TransportError(f"watch {path}: {exc!r}") from exc
         finally:
             if not finished:
-                await _abandon(response, lines)
+                await abandon_body(response, lines)
             await response.aclose()
 
 
-async def _abandon(response: httpx.Response, body: AsyncIterator[Any]) -> None:
+async def abandon_body(response: httpx.Response, body: AsyncIterator[Any]) -> None:
     """Stop reading a body early without leaving httpx's iterators half-run.
 
     httpx's body iterators are nested async generators (encode/httpx#3686), and closing the

@@ -9,7 +9,6 @@ own Device Manager. Accelerator failures are logged, never fatal.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ from gpustack_core.snapshot import (
     parse_snapshot,
 )
 from gpustack_core.usage import PodUsage
-from gpustack_kube.client import ApiError, KubeClient, KubeError
+from gpustack_kube.client import ApiError, KubeClient, KubeError, abandon_body
 from gpustack_kube.paths import INSTANCES, POD_METRICS, PODS
 from gpustack_worker.summaries import SummaryCache
 
@@ -273,12 +272,7 @@ async def _read_snapshot(
                 if len(body) > MAX_SNAPSHOT_BYTES:
                     raise ValueError(f"larger than {MAX_SNAPSHOT_BYTES} bytes")
         finally:
-            # Leaving early must not strand httpx's nested body iterators (they would warn
-            # at collection): close the response, then run the chain out, reading nothing.
-            await response.aclose()
-            with contextlib.suppress(Exception):
-                async for _ in chunks:
-                    pass
+            await abandon_body(response, chunks)  # leaving early strands no nested iterator
         etag = response.headers.get("ETag")
     snapshot = parse_snapshot(bytes(body))
     if etag:

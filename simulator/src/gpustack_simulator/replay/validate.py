@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import Final
 
 import pynvml
 
@@ -34,17 +33,6 @@ from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.replay.hygon_standin import HYDMI_ID, ROCM_SMI_ID
 from gpustack_simulator.synth.timeline import VirtualClock
 from gpustack_vendors.bindings import hydmi, hygon_rocm_smi
-
-REPLAYABLE_VENDORS: Final = (
-    "nvidia",
-    "amd",
-    "hygon",
-    "ascend",
-    "thead",
-    "cambricon",
-    "metax",
-    "iluvatar",
-)
 
 
 @cache
@@ -75,12 +63,12 @@ def library_functions() -> Mapping[str, Mapping[str, frozenset[str]]]:
 
 def replay_problems(recording: Recording) -> list[str]:
     """What would make replay refuse ``recording``, each naming its JSON path; ``[]`` if none."""
-    if recording.vendor not in REPLAYABLE_VENDORS:
+    surfaces = library_functions()
+    expected = surfaces.get(recording.vendor)
+    if expected is None:
         return [
-            f"$.vendor: {recording.vendor!r} is not a vendor replay knows "
-            f"({', '.join(REPLAYABLE_VENDORS)})"
+            f"$.vendor: {recording.vendor!r} is not a vendor replay knows ({', '.join(surfaces)})"
         ]
-    expected = library_functions()[recording.vendor]
     problems: list[str] = []
     present = {library.id for library in recording.libraries}
     problems.extend(
@@ -136,4 +124,4 @@ def load_replayable(path: Path) -> Recording:
     return recording
 
 
-__all__ = ["REPLAYABLE_VENDORS", "library_functions", "load_replayable", "replay_problems"]
+__all__ = ["library_functions", "load_replayable", "replay_problems"]
