@@ -116,3 +116,7 @@ chart-template values="clusters/kind/values-simulate.yaml": tools-helm
 # The kind end to end (clusters/kind/e2e.sh); needs docker or podman, kind and kubectl.
 e2e-kind: setup tools-helm
     bash clusters/kind/e2e.sh
+
+# Regenerate the committed kubelet API modules (device plugin v1beta1, PodResources v1) from packages/devicemanager/proto.
+proto: setup
+    uv run --frozen --no-sync python packages/devicemanager/proto/generate.py
