@@ -240,3 +240,34 @@ def test_fuzz_structure(value: object) -> None:
     except ContractError:
         return
     assert isinstance(parsed, MonitorSnapshot)
+
+
+# -- how long a consumer may hold a snapshot without asking again ------------------------------
+
+_STAMP = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("stated", "age_s", "expected_s"),
+    [
+        (15, 0, 15),  # just stored: nothing newer for a whole period
+        (15, 4, 11),  # the next tick is 11 s away
+        (15, 15, 0),  # due now: ask
+        (15, 400, 0),  # long overdue: ask (and freshness decides on what comes back)
+        (15, -30, 15),  # the producer's clock is ahead: never more than one period
+        (5, 2, 3),  # a shorter stated period is believed (a stricter bound)
+        (3600, 2, 13),  # a longer one is not: the consumer's 15 s period caps the wait
+        (0, 2, 13),  # no stated period: the consumer's
+    ],
+)
+def test_a_snapshot_is_unchanged_until_its_producers_next_tick(
+    stated: int, age_s: float, expected_s: float
+) -> None:
+    policy = Freshness(timedelta(seconds=15))
+    snapshot = MonitorSnapshot(timestamp=_STAMP, period_seconds=stated)
+    held = policy.unchanged_for(snapshot, _STAMP + timedelta(seconds=age_s))
+    assert held == timedelta(seconds=expected_s)
+
+
+def test_a_snapshot_before_any_tick_is_never_held() -> None:
+    assert Freshness().unchanged_for(MonitorSnapshot(), _STAMP) == timedelta(0)

@@ -204,6 +204,21 @@ class Freshness:
         """Stored at most three periods before ``now`` and at most ``max_skew`` after it."""
         return self.problem(snapshot, now) is None
 
+    def unchanged_for(self, snapshot: MonitorSnapshot, now: datetime) -> timedelta:
+        """How long after ``now`` the producer cannot yet have stored a newer snapshot.
+
+        A Device Manager stores at most one snapshot per period, so asking again before the
+        next tick can only be answered ``304``. The period is the stricter of the stated and
+        the configured one (as in :meth:`bound`), and the age is clamped into ``[0, period]``
+        so a skewed clock on either side can shorten the wait but never stretch it past one
+        period: a consumer holding a snapshot this long is at most one tick behind.
+        """
+        period = self.bound(snapshot) / FRESHNESS_PERIODS
+        if snapshot.timestamp <= ZERO_TIME:
+            return timedelta(0)
+        age = min(max(now - snapshot.timestamp, timedelta(0)), period)
+        return period - age
+
 
 DEFAULT_FRESHNESS_POLICY = Freshness()
 

@@ -44,6 +44,7 @@ from gpustack_worker.authz import Authorizer
 from gpustack_worker.subresource import Sources, device_manager_client
 from gpustack_worker.summaries import SummaryCache
 from gpustack_worker.tls import ContextHolder, bind, serve_tls, server_context
+from gpustack_worker.views import Views
 
 log = logging.getLogger("gpustack.worker")
 
@@ -280,6 +281,8 @@ async def serve(
 
         try:
             summaries = SummaryCache(read_summary, nursery)
+            views = Views.of(client, options.system_namespace)
+            nursery.start_soon(views.run)  # consulted once synced; until then reads go live
             surface = Surface(
                 sources=Sources(
                     client,
@@ -288,6 +291,7 @@ async def serve(
                     device_managers=device_managers,
                     freshness=Freshness(timedelta(seconds=options.device_manager_period)),
                     node_addresses=addresses,
+                    views=views,
                 ),
                 authenticator=lambda: authenticator,
                 authorizer=Authorizer(client.post, nursery=nursery),

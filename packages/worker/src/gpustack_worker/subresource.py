@@ -10,7 +10,8 @@ own Device Manager. Accelerator failures are logged, never fatal.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +45,7 @@ from gpustack_core.usage import PodUsage
 from gpustack_kube.client import ApiError, KubeClient, KubeError, abandon_body
 from gpustack_kube.paths import INSTANCES, POD_METRICS, PODS
 from gpustack_worker.summaries import SummaryCache
+from gpustack_worker.views import Views
 
 log = logging.getLogger("instance-metrics")
 
@@ -61,22 +63,37 @@ class SnapshotCache:
     Bounded (oldest entry out first) so Device Managers that came and went cannot grow it
     without limit. A cached snapshot is still subject to freshness on every read: a Device
     Manager whose monitor stopped keeps answering ``304`` for a snapshot that grows stale.
+    Until the producer's next tick can have happened (``Freshness.unchanged_for``) a read is
+    answered from here without asking at all: nothing newer can exist yet.
     """
 
-    def __init__(self, limit: int = 4096) -> None:
+    def __init__(self, limit: int = 4096, clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
-        self._entries: dict[str, tuple[str, MonitorSnapshot]] = {}
+        self.clock = clock
+        """Seconds, monotonic; a test seam (``trio.current_time`` under a ``MockClock``)."""
+        self._entries: dict[str, tuple[str, MonitorSnapshot, float]] = {}
         self.revalidated = 0
         """How many reads a ``304`` answered; for tests and benchmarks."""
+        self.held = 0
+        """How many reads were answered before the producer's next tick, with no request."""
 
     def get(self, base: str) -> tuple[str, MonitorSnapshot] | None:
         """The tag and snapshot last read from ``base``."""
-        return self._entries.get(base)
+        entry = self._entries.get(base)
+        return None if entry is None else (entry[0], entry[1])
 
-    def put(self, base: str, etag: str, snapshot: MonitorSnapshot) -> None:
-        """Remember ``snapshot`` as what ``base`` serves under ``etag``."""
+    def current(self, base: str) -> MonitorSnapshot | None:
+        """The snapshot of ``base`` if its producer cannot have stored a newer one yet."""
+        entry = self._entries.get(base)
+        if entry is None or self.clock() >= entry[2]:
+            return None
+        self.held += 1
+        return entry[1]
+
+    def put(self, base: str, etag: str, snapshot: MonitorSnapshot, hold: float = 0.0) -> None:
+        """Remember ``snapshot`` as what ``base`` serves under ``etag``, unchanged ``hold`` s."""
         self._entries.pop(base, None)
-        self._entries[base] = (etag, snapshot)
+        self._entries[base] = (etag, snapshot, self.clock() + hold)
         while len(self._entries) > self.limit:
             del self._entries[next(iter(self._entries))]
 
@@ -100,6 +117,8 @@ class Sources:
     snapshots: SnapshotCache = field(default_factory=SnapshotCache)
     """The last snapshot of each Device Manager with its ``ETag``: an unchanged one is
     revalidated (``304``, no body) instead of fetched and parsed again."""
+    views: Views | None = None
+    """Informer-fed Instances and Pods (the warm path); without them every read is live."""
 
 
 async def instance_metrics(
@@ -113,11 +132,13 @@ async def instance_metrics(
 async def _instance_metrics(
     sources: Sources, namespace: str, name: str, now: datetime
 ) -> InstanceMetrics:
-    instance = await sources.client.get(INSTANCES.path(namespace, name))
+    instance = sources.views.instance(namespace, name) if sources.views is not None else None
+    if instance is None:
+        instance = await sources.client.get(INSTANCES.path(namespace, name))
     uid = str(instance.get("metadata", {}).get("uid", ""))
     resources: Mapping[str, Any] = instance.get("spec", {}).get("resources") or {}
     fallback = totals_from_resources(resources, what=f"Instance {namespace}/{name}")
-    pod = await _backing_pod(sources.client, namespace, name, uid)
+    pod = await _backing_pod(sources, namespace, name, uid)
     usage: PodUsage | None = None
     snapshots: dict[str, MonitorSnapshot] = {}
     if pod is not None and pod_started(pod):  # the gate: nothing started → no upstream I/O
@@ -136,15 +157,23 @@ async def _instance_metrics(
     return InstanceMetrics.of(ObjectMeta(name=name, namespace=namespace, uid=uid), result.sample)
 
 
-async def _backing_pod(client: KubeClient, namespace: str, name: str, uid: str) -> Pod | None:
-    """Same name and namespace, scheduled, and labelled with *this* Instance's UID."""
-    try:
-        raw = await client.get(PODS.path(namespace, name))
-    except ApiError as exc:
-        if exc.status == 404:
-            return None
-        raise
-    pod = pod_from_object(raw)
+async def _backing_pod(sources: Sources, namespace: str, name: str, uid: str) -> Pod | None:
+    """Same name and namespace, scheduled, and labelled with *this* Instance's UID.
+
+    The cached Pod is used only when it already names this UID: a cached predecessor (its
+    deletion not yet seen) or a miss is read live, so the cache can only ever save a read.
+    """
+    cached = sources.views.pod(namespace, name) if sources.views is not None else None
+    if cached is not None and cached.metadata.labels.get(PART_OF_LABEL) == uid:
+        pod = cached
+    else:
+        try:
+            raw = await sources.client.get(PODS.path(namespace, name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        pod = pod_from_object(raw)
     if not pod.spec.node_name or pod.metadata.labels.get(PART_OF_LABEL) != uid:
         return None  # unscheduled, or a previous incarnation's Pod
     return pod
@@ -191,18 +220,20 @@ async def _snapshots(sources: Sources, pod: Pod) -> dict[str, MonitorSnapshot]:
     wanted = sorted({g.manufacturer for g in held})
     if not wanted:
         return {}
-    try:
-        listed = await sources.client.get(
-            PODS.path(sources.system_namespace),
-            {
-                "labelSelector": contract.DEVICE_MANAGER_SELECTOR,
-                "fieldSelector": f"spec.nodeName={pod.spec.node_name}",
-            },
-        )
-    except KubeError as exc:
-        log.info("device managers of node %s unavailable: %s", pod.spec.node_name, exc)
-        return {}
-    managers = [pod_from_object(item) for item in listed.get("items", [])]
+    managers = sources.views.managers_on(pod.spec.node_name) if sources.views else None
+    if managers is None:
+        try:
+            listed = await sources.client.get(
+                PODS.path(sources.system_namespace),
+                {
+                    "labelSelector": contract.DEVICE_MANAGER_SELECTOR,
+                    "fieldSelector": f"spec.nodeName={pod.spec.node_name}",
+                },
+            )
+        except KubeError as exc:
+            log.info("device managers of node %s unavailable: %s", pod.spec.node_name, exc)
+            return {}
+        managers = [pod_from_object(item) for item in listed.get("items", [])]
     found: dict[str, MonitorSnapshot] = {}
     for manufacturer in wanted:
         target = _device_manager(managers, manufacturer)
@@ -240,10 +271,19 @@ def device_manager_client(transport: httpx.AsyncBaseTransport | None = None) -> 
 
 
 async def _fetch(sources: Sources, base: str) -> MonitorSnapshot:
+    held = sources.snapshots.current(base)
+    if held is not None:
+        return held
     if sources.device_managers is not None:
-        return await _read_snapshot(sources.device_managers, base, sources.snapshots)
-    async with device_manager_client(sources.device_manager_transport) as client:
-        return await _read_snapshot(client, base, sources.snapshots)
+        snapshot = await _read_snapshot(sources.device_managers, base, sources.snapshots)
+    else:
+        async with device_manager_client(sources.device_manager_transport) as client:
+            snapshot = await _read_snapshot(client, base, sources.snapshots)
+    cached = sources.snapshots.get(base)
+    if cached is not None and cached[1] is snapshot:  # stored under its own tag just now
+        hold = sources.freshness.unchanged_for(snapshot, datetime.now(UTC))
+        sources.snapshots.put(base, cached[0], snapshot, hold.total_seconds())
+    return snapshot
 
 
 async def _read_snapshot(
