@@ -2,11 +2,13 @@
 
 Its value is a JSON string mapping **container name** to what that container was granted. Modes
 are integers on the wire (1 Exclusive … 5 Visibility); readers aggregate every container,
-name-sorted, into one pod-wide list of grants.
+name-sorted, into one pod-wide list of grants. The device plugin writes it with
+:func:`encode_allocation` after :func:`merge_container`, over the same structs the reader parses.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import msgspec
@@ -93,3 +95,70 @@ def grants(allocation: dict[str, ContainerAllocation]) -> list[Grant]:
         for group in allocation[container].devices.groups
         for accelerator in group.accelerators
     ]
+
+
+def encode_allocation(allocation: Mapping[str, ContainerAllocation]) -> str:
+    """The annotation's value for ``allocation``: the same structs the reader decodes.
+
+    ``remaining`` is dropped from every entry (it belongs to the ``Devices`` ledger, never to
+    the annotation), and keys are sorted so one allocation always spells one string — a
+    re-sent patch is then byte-identical and a no-op on the server.
+    """
+    written = {
+        name: msgspec.structs.replace(
+            entry,
+            devices=AllocatedDevices(
+                groups=tuple(
+                    msgspec.structs.replace(
+                        group,
+                        accelerators=tuple(
+                            msgspec.structs.replace(a, remaining=0) for a in group.accelerators
+                        ),
+                    )
+                    for group in entry.devices.groups
+                )
+            ),
+        )
+        for name, entry in allocation.items()
+    }
+    return msgspec.json.encode(written, order="sorted").decode()
+
+
+def merge_container(
+    current: Mapping[str, ContainerAllocation],
+    container: str,
+    group: AllocatedGroup,
+    mode: AllocationMode,
+    device_ids: Sequence[str],
+) -> dict[str, ContainerAllocation]:
+    """``current`` with ``container``'s grant of ``mode`` in ``group`` replaced by ``group``'s.
+
+    The kubelet allocates one resource of one container per call, and a strategic-merge patch
+    replaces the whole annotation value, so each write must carry every sibling container's
+    entry as well as this container's grants of other resources: another mode of the same
+    manufacturer (a sidecar's Visibility next to the Sliced grant) or another manufacturer's
+    group (a node with two Device Managers). Only this container's accelerators of ``mode`` in
+    ``group`` are replaced; its device IDs gain the new ones (IDs of different resources may
+    be spelled alike, so none is removed).
+    """
+    merged = dict(current)
+    entry = merged.get(container, ContainerAllocation())
+    groups: list[AllocatedGroup] = []
+    placed = False
+    for existing in entry.devices.groups:
+        if (existing.manufacturer, existing.id) != (group.manufacturer, group.id):
+            groups.append(existing)
+            continue
+        kept = tuple(a for a in existing.accelerators if a.mode is not mode)
+        groups.append(
+            msgspec.structs.replace(existing, accelerators=kept + tuple(group.accelerators))
+        )
+        placed = True
+    if not placed:
+        groups.append(group)
+    ids = list(dict.fromkeys([*entry.device_ids, *device_ids]))
+    merged[container] = ContainerAllocation(
+        devices=AllocatedDevices(groups=tuple(g for g in groups if g.accelerators)),
+        device_ids=tuple(ids),
+    )
+    return merged
