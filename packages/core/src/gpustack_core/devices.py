@@ -60,10 +60,10 @@ class AcceleratorStatus(Wire, frozen=True, kw_only=True):
 
 
 class AcceleratorSpec(Wire, frozen=True, kw_only=True):
-    """One card as detected."""
+    """One card as detected. ``index`` is required: card 0 is written ``index: 0``, not omitted."""
 
     id: str
-    index: int = 0
+    index: int
     physical_indexes: tuple[int, ...] = ()
     topology: Topology | None = None
     status: AcceleratorStatus = AcceleratorStatus()
@@ -102,10 +102,12 @@ class LedgerAccelerator(Wire, frozen=True, kw_only=True):
     """What the node's Pods hold of one card. ``mode`` 0 means nothing holds it."""
 
     id: str
-    index: int = 0
-    mode: int = 0
+    index: int
+    mode: int
+    """Required, so ``mode: 0`` (free) is written out as the walkthrough shows it, not omitted."""
     allocated: int = 0
-    remaining: int = 0
+    remaining: int
+    """Required for the same reason: ``remaining: 0`` is a full card, not an unknown one."""
     allocated_profiles: tuple[ProfileCount, ...] = ()
     remaining_profiles: tuple[ProfileCount, ...] = ()
 

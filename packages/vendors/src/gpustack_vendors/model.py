@@ -45,6 +45,9 @@ class DeviceInfo:
     pci_bus_id: str
     unhealthy: bool
     partitions: tuple[PartitionInfo, ...] = ()
+    compute_capability: str | None = None
+    """``major.minor`` where the library states one (NVML's CUDA compute capability); ``None``
+    when it does not, so the ``.comcap`` label and the family it implies stay absent."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ class NvidiaBackend(NvmlMigBackend):
                 runtime_version_fn="nvmlSystemGetCudaDriverVersion",
                 bus_id=_bus_id,
                 process_memory=_process_memory,
+                compute_capability_fn="nvmlDeviceGetCudaComputeCapability",
             ),
         )
         self._call("nvmlInit")

@@ -67,6 +67,9 @@ class MigDialect(NvmlDialect):
     """The bus id text of the library's PCI info answer."""
     process_memory: Callable[[Any], int | None]
     """A running process's memory in bytes; ``None`` where the library cannot size it."""
+    compute_capability_fn: str | None = None
+    """The per-card call answering ``(major, minor)`` (NVML's CUDA compute capability), or
+    ``None`` for a library that has no such figure."""
 
 
 class NvmlShapedBackend(BindingBackend):
@@ -197,10 +200,18 @@ class NvmlMigBackend(NvmlShapedBackend):
                     ),
                     unhealthy=unhealthy,
                     partitions=tuple(p for p, _ in found),
+                    compute_capability=self._compute_capability(handle),
                 )
             )
         self._detected.remember(cards, partitions)
         return Detection(self.manufacturer, tuple(devices), tuple(notes))
+
+    def _compute_capability(self, handle: Any) -> str | None:
+        """``8.6`` from the library's ``(8, 6)``; absent where it is not stated or not read."""
+        fn = self._dialect.compute_capability_fn
+        if fn is None:
+            return None
+        return self._maybe(fn, handle, convert=lambda cc: f"{int(cc[0])}.{int(cc[1])}")
 
     def _detect_partitions(
         self, uuid: str, handle: Any, notes: list[str]

@@ -185,6 +185,52 @@ def single(
     )
 
 
+WALKTHROUGH = (
+    "shared/spec/instancetype-walkthrough.md (node-a10g: NVIDIA A10G, UUID "
+    "GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575, driver 580.159.03, CUDA 13.0, 10240 cores, "
+    "compute capability 8.6, 24Gi; Tesla T4: 2560 cores, 16Gi)"
+)
+WALKTHROUGH_MIB = (
+    "memory: the product's whole frame buffer (A10G 24 GiB, T4 16 GiB) in MiB, which the "
+    "walkthrough's .memory labels (24Gi, 16Gi) round from; the walkthrough prints no MiB figure"
+)
+WALKTHROUGH_T4_DRIVER = (
+    "T4 nodes: driver and CUDA version taken to be node-a10g's (580.159.03, 13.0); the "
+    "walkthrough prints neither for them, and the T4 UUIDs and bus ids are synthetic"
+)
+WALKTHROUGH_DRIVER, WALKTHROUGH_CUDA = "580.159.03", 13000
+
+
+def idle(
+    name: str,
+    uuid: str,
+    bus_id: str,
+    mib: int,
+    cores: int,
+    watts: float,
+    temperature: int,
+    capability: tuple[int, int],
+) -> Card:
+    """A card no process uses: the walkthrough's initial state, nothing allocated."""
+    return Card(
+        uuid=uuid,
+        name=name,
+        bus_id=bus_id,
+        total_bytes=mib * MIB,
+        used_bytes=const(0),
+        util=const(0),
+        temperature=const(temperature),
+        power_mw=const(_mw(watts)),
+        cores=cores,
+        compute_capability=capability,
+    )
+
+
+def walkthrough_t4(uuid: str, bus_id: str) -> Card:
+    """A Tesla T4 of the walkthrough's T4 nodes (compute capability 7.5, 16 GiB)."""
+    return idle("Tesla T4", uuid, bus_id, 16_384, 2560, 26.78, 40, (7, 5))
+
+
 # A four-card H100 node laid out for the cluster scenario ``nvidia-mixed``: one card per
 # allocation mode, so one recording can back an Exclusive, a Shared, a Sliced and a Partitioned
 # Instance side by side. Card figures are the 8x node's captured ones (same product, driver and
@@ -325,6 +371,53 @@ NODES = (
                     24,
                     process_calls=pynvml.NVML_ERROR_NOT_SUPPORTED,
                 ),
+            ),
+        ),
+    ),
+    NodeSpec[Node](
+        "a10g-walkthrough.yaml",
+        "NVIDIA A10G of the InstanceType walkthrough's node-a10g (driver 580.159.03, CUDA "
+        "13.0), idle",
+        (WALKTHROUGH, WALKTHROUGH_MIB),
+        Node(
+            WALKTHROUGH_DRIVER,
+            WALKTHROUGH_CUDA,
+            (
+                idle(
+                    "NVIDIA A10G",
+                    "GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575",
+                    "00000000:00:1E.0",
+                    24_576,
+                    10240,
+                    25.58,
+                    17,
+                    (8, 6),
+                ),
+            ),
+        ),
+    ),
+    NodeSpec[Node](
+        "t4-walkthrough.yaml",
+        "One Tesla T4 of the InstanceType walkthrough's node-t4-a, idle",
+        (WALKTHROUGH, WALKTHROUGH_MIB, WALKTHROUGH_T4_DRIVER),
+        Node(
+            WALKTHROUGH_DRIVER,
+            WALKTHROUGH_CUDA,
+            (walkthrough_t4("GPU-7d1c4e2a-5b3f-4a6e-9c8d-0f1e2d3c4b01", "00000000:00:1E.0"),),
+        ),
+    ),
+    NodeSpec[Node](
+        "t4-4x-walkthrough.yaml",
+        "Four Tesla T4 of the InstanceType walkthrough's node-t4-b, idle",
+        (WALKTHROUGH, WALKTHROUGH_MIB, WALKTHROUGH_T4_DRIVER),
+        Node(
+            WALKTHROUGH_DRIVER,
+            WALKTHROUGH_CUDA,
+            tuple(
+                walkthrough_t4(f"GPU-7d1c4e2a-5b3f-4a6e-9c8d-0f1e2d3c4b{10 + i}", bus)
+                for i, bus in enumerate(
+                    ("00000000:00:1B.0", "00000000:00:1C.0", "00000000:00:1D.0", "00000000:00:1E.0")
+                )
             ),
         ),
     ),

@@ -68,6 +68,9 @@ class Card:
     max_mig_slots: int = 7
     process_calls: int = pynvml.NVML_SUCCESS
     """An error code both per-process calls answer (NOT_SUPPORTED on Blackwell), or success."""
+    compute_capability: tuple[int, int] | None = None
+    """CUDA compute capability where the source states it; ``None``: the synthesized library
+    answers FUNCTION_NOT_FOUND, so nothing downstream invents the figure."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,12 @@ class _Functions:
         if card.cores is None or mig is not None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return card.cores
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
+        card, _ = self._resolve(handle)
+        if card.compute_capability is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return card.compute_capability
 
     def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
         card, _ = self._resolve(handle)
