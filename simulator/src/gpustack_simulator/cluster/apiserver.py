@@ -14,7 +14,11 @@ envtest's kube-apiserver enforces and controllers are written against:
   (``Background`` collects dependents after the owner, ``Foreground`` before it, ``Orphan``
   strips the reference instead);
 - a custom resource is pruned and validated against its CRD's structural schema (422 with the
-  field paths), and a CRD created through the API is served at once.
+  field paths), and a CRD created through the API is served at once;
+- a write through the API passes the registered admission webhooks (``admission.py``): the
+  ``admitted_*`` methods stage it so the webhook calls happen between building the object and
+  storing it; the plain methods are the same write without them, for the stand-in's own
+  controllers.
 
 Errors are ``Status`` bodies with the API server's reason, code, message and details.
 """
@@ -26,11 +30,14 @@ import secrets
 import string
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from gpustack_core.status import StatusError, not_found
+from gpustack_simulator.cluster import admission
 from gpustack_simulator.cluster import patch as patching
+from gpustack_simulator.cluster.admission import Admission, Attributes, options_for
 from gpustack_simulator.cluster.kubelet import NodeSimulator
 from gpustack_simulator.cluster.resources import CRD, CrdError, Resource, from_crd
 from gpustack_simulator.cluster.state import ClusterState
@@ -39,6 +46,8 @@ from gpustack_simulator.cluster.validation import validate
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
 GENERATE_SUFFIX = 5
+UPDATE_RETRIES = 8
+"""How often an unconditional update is rebuilt when its object moves during admission."""
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 """The API server's name-suffix alphabet (no vowels, no look-alikes)."""
 
@@ -95,6 +104,7 @@ class ApiServer:
         self.store = state.store
         self.registry = state.registry
         self.nodes = NodeSimulator(state)
+        self.admission = Admission(state)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -105,78 +115,54 @@ class ApiServer:
             raise not_found(resource.plural, name, resource.group)
         return copy.deepcopy(found)
 
-    # -- create ----------------------------------------------------------------------------
+    # -- the write path: request → (mutating admission) → prepare → (validating) → commit ----
+    #
+    # A write is staged so admission can run between the stages, as in kube-apiserver: the
+    # request object is built from the body (a patch applied to the stored object), mutating
+    # webhooks may change it, the server's rules then turn it into what would be stored and
+    # validate it (so a mutation is validated like the request itself), validating webhooks
+    # see that final object, and the commit stores it. The commit is synchronous, so between
+    # its resourceVersion check and its store write nothing else runs: a request that named a
+    # resourceVersion gets its 409 if the object moved while webhooks were being called, and
+    # an unconditional one is rebuilt over the new version and admitted again.
 
     def create(self, resource: Resource, namespace: str, body: Any) -> dict[str, Any]:
-        """POST: defaults, validation, ``AlreadyExists``; dependents of CRDs and Pods follow."""
-        obj = self._body(resource, body)
-        meta = obj.setdefault("metadata", {})
-        if not meta.get("name"):
-            prefix = meta.get("generateName")
-            if not prefix:
-                raise invalid(
-                    resource,
-                    "",
-                    [
-                        (
-                            "metadata.name",
-                            "Required value: name or generateName is required",
-                            "FieldValueRequired",
-                        )
-                    ],
-                )
-            meta["name"] = self._generate(resource, namespace, str(prefix))
-        name = str(meta["name"])
-        self._namespace(resource, namespace, meta)
-        if self.store.get(resource.kind, namespace, name) is not None:
-            qualified = f"{resource.plural}.{resource.group}" if resource.group else resource.plural
-            raise StatusError(
-                409,
-                f'{qualified} "{name}" already exists',
-                kind=resource.plural,
-                name=name,
-                group=resource.group,
-                reason="AlreadyExists",
-            )
-        for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
-            meta.pop(key, None)
-        meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = now_stamp()
-        meta["generation"] = 1
-        if resource.status and resource.kind not in {"Node"}:
-            obj.pop("status", None)
-        self._validate(resource, obj)
-        if resource.kind == CRD:
-            self._register(obj)
-        self._defaults(resource, obj, None)
-        stored = self.store.put(resource.kind, obj)
-        self.after_write(resource, stored)
-        return copy.deepcopy(self.store.get(resource.kind, namespace, name) or stored)
+        """POST without admission: defaults, validation, ``AlreadyExists``; dependents follow."""
+        pending = self._request_create(resource, namespace, body)
+        self._prepare(pending)
+        return self._commit(pending)
 
-    def _generate(self, resource: Resource, namespace: str, prefix: str) -> str:
-        for _ in range(16):
-            suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(GENERATE_SUFFIX))
-            if self.store.get(resource.kind, namespace, prefix + suffix) is None:
-                return prefix + suffix
-        raise StatusError(500, f"could not generate a unique name from {prefix!r}")
-
-    # -- update and patch ------------------------------------------------------------------
+    async def admitted_create(
+        self, resource: Resource, namespace: str, body: Any, user: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """POST through the admission webhooks, as every create through the API is."""
+        pending = self._request_create(resource, namespace, body)
+        attrs = Attributes(
+            resource,
+            "CREATE",
+            namespace,
+            str(pending.obj["metadata"].get("name") or ""),
+            "",
+            pending.obj,
+            None,
+            options_for("CREATE", patch=False),
+            user,
+        )
+        await self.admission.mutate(attrs)
+        pending.obj = self._body(resource, attrs.obj)
+        self._namespace(resource, namespace, pending.obj.setdefault("metadata", {}))
+        self._prepare(pending)
+        attrs.obj, attrs.name = copy.deepcopy(pending.obj), pending.name
+        await self.admission.validate(attrs)
+        return self._commit(pending)
 
     def replace(
         self, resource: Resource, namespace: str, name: str, body: Any, *, subresource: str = ""
     ) -> dict[str, Any]:
-        """PUT: a stale ``resourceVersion`` is a 409; no version means unconditional."""
-        incoming = self._body(resource, body)
-        meta = incoming.setdefault("metadata", {})
-        if meta.get("name", name) != name:
-            raise StatusError(
-                400,
-                f"the name of the object ({meta.get('name')}) does not match "
-                f"the name on the URL ({name})",
-            )
-        self._namespace(resource, namespace, meta)
-        current = self.current(resource, namespace, name)
-        return self._write(resource, current, incoming, subresource)
+        """PUT without admission: a stale ``resourceVersion`` is a 409; none is unconditional."""
+        pending = self._request_replace(resource, namespace, name, body, subresource)
+        self._prepare(pending)
+        return self._commit(pending)
 
     def patch(
         self,
@@ -188,7 +174,124 @@ class ApiServer:
         *,
         subresource: str = "",
     ) -> dict[str, Any]:
-        """PATCH with the content type's semantics, then the same rules as an update."""
+        """PATCH without admission: the content type's semantics, then an update's rules."""
+        pending = self._request_patch(resource, namespace, name, body, content_type, subresource)
+        self._prepare(pending)
+        return self._commit(pending)
+
+    async def admitted_replace(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        body: Any,
+        user: Mapping[str, Any],
+        *,
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        """PUT through the admission webhooks."""
+        return await self._admitted_update(
+            lambda: self._request_replace(resource, namespace, name, body, subresource),
+            user,
+            patch=False,
+        )
+
+    async def admitted_patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        body: Any,
+        content_type: str,
+        user: Mapping[str, Any],
+        *,
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        """PATCH through the admission webhooks (reviewed as an ``UPDATE``, as on a cluster)."""
+        return await self._admitted_update(
+            lambda: self._request_patch(resource, namespace, name, body, content_type, subresource),
+            user,
+            patch=True,
+        )
+
+    async def _admitted_update(
+        self, build: Callable[[], Pending], user: Mapping[str, Any], *, patch: bool
+    ) -> dict[str, Any]:
+        for _ in range(UPDATE_RETRIES):
+            pending = build()
+            assert pending.current is not None
+            attrs = Attributes(
+                pending.resource,
+                "UPDATE",
+                pending.namespace,
+                pending.name,
+                pending.subresource,
+                pending.obj,
+                copy.deepcopy(pending.current),
+                options_for("UPDATE", patch=patch),
+                user,
+            )
+            await self.admission.mutate(attrs)
+            pending.obj = self._body(pending.resource, attrs.obj)
+            if pending.obj.setdefault("metadata", {}).get("name") != pending.name:
+                raise StatusError(400, "an admission webhook may not change metadata.name")
+            self._namespace(pending.resource, pending.namespace, pending.obj["metadata"])
+            self._prepare(pending)
+            attrs.obj = copy.deepcopy(pending.obj)
+            await self.admission.validate(attrs)
+            try:
+                return self._commit(pending)
+            except _Moved:
+                continue  # unconditional: rebuilt over the version that moved it, re-admitted
+        assert pending.current is not None
+        raise conflict(
+            pending.resource,
+            pending.name,
+            "the object kept changing while its update was being admitted; please retry",
+        )
+
+    # -- the stages --------------------------------------------------------------------------
+
+    def _request_create(self, resource: Resource, namespace: str, body: Any) -> Pending:
+        obj = self._body(resource, body)
+        self._namespace(resource, namespace, obj.setdefault("metadata", {}))
+        return Pending(resource, "CREATE", namespace, "", obj)
+
+    def _request_replace(
+        self, resource: Resource, namespace: str, name: str, body: Any, subresource: str
+    ) -> Pending:
+        incoming = self._body(resource, body)
+        meta = incoming.setdefault("metadata", {})
+        if meta.get("name", name) != name:
+            raise StatusError(
+                400,
+                f"the name of the object ({meta.get('name')}) does not match "
+                f"the name on the URL ({name})",
+            )
+        meta["name"] = name
+        self._namespace(resource, namespace, meta)
+        current = self.current(resource, namespace, name)
+        wanted = meta.get("resourceVersion")
+        return Pending(
+            resource,
+            "UPDATE",
+            namespace,
+            name,
+            incoming,
+            current,
+            subresource=subresource,
+            precondition=str(wanted) if wanted not in (None, "") else None,
+        )
+
+    def _request_patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        body: Any,
+        content_type: str,
+        subresource: str,
+    ) -> Pending:
         current = self.current(resource, namespace, name)
         base = copy.deepcopy(current)
         base["metadata"].pop("resourceVersion", None)  # only the patch may carry a precondition
@@ -232,26 +335,84 @@ class ApiServer:
         meta = patched.setdefault("metadata", {})
         if meta.get("name") != name:
             raise StatusError(400, "the patch may not change metadata.name")
-        return self._write(resource, current, patched, subresource)
-
-    def _write(
-        self,
-        resource: Resource,
-        current: dict[str, Any],
-        incoming: dict[str, Any],
-        subresource: str,
-    ) -> dict[str, Any]:
-        meta, old = incoming["metadata"], current["metadata"]
-        name = str(old["name"])
         wanted = meta.get("resourceVersion")
-        if wanted not in (None, "") and str(wanted) != old["resourceVersion"]:
-            raise conflict(
-                resource,
-                name,
-                "the object has been modified; please apply your "
-                "changes to the latest version and try again",
+        return Pending(
+            resource,
+            "UPDATE",
+            namespace,
+            name,
+            patched,
+            current,
+            subresource=subresource,
+            precondition=str(wanted) if wanted not in (None, "") else None,
+        )
+
+    def _prepare(self, pending: Pending) -> None:
+        """The server's rules: what would be stored, validated (``pending.obj`` replaced)."""
+        if pending.operation == "CREATE":
+            self._prepare_create(pending)
+        else:
+            self._prepare_update(pending)
+
+    def _prepare_create(self, pending: Pending) -> None:
+        resource, namespace, obj = pending.resource, pending.namespace, pending.obj
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise invalid(
+                    resource,
+                    "",
+                    [
+                        (
+                            "metadata.name",
+                            "Required value: name or generateName is required",
+                            "FieldValueRequired",
+                        )
+                    ],
+                )
+            meta["name"] = self._generate(resource, namespace, str(prefix))
+        pending.name = name = str(meta["name"])
+        self._exists(resource, namespace, name)
+        for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(key, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_stamp()
+        meta["generation"] = 1
+        if resource.status and resource.kind not in {"Node"}:
+            obj.pop("status", None)
+        self._validate(resource, obj)
+        if resource.kind == CRD:
+            self._crd_resources(obj)
+        self._defaults(resource, obj, None)
+
+    def _exists(self, resource: Resource, namespace: str, name: str) -> None:
+        if self.store.get(resource.kind, namespace, name) is not None:
+            qualified = f"{resource.plural}.{resource.group}" if resource.group else resource.plural
+            raise StatusError(
+                409,
+                f'{qualified} "{name}" already exists',
+                kind=resource.plural,
+                name=name,
+                group=resource.group,
+                reason="AlreadyExists",
             )
-        if subresource == "status":
+
+    def _generate(self, resource: Resource, namespace: str, prefix: str) -> str:
+        for _ in range(16):
+            suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(GENERATE_SUFFIX))
+            if self.store.get(resource.kind, namespace, prefix + suffix) is None:
+                return prefix + suffix
+        raise StatusError(500, f"could not generate a unique name from {prefix!r}")
+
+    def _prepare_update(self, pending: Pending) -> None:
+        resource, current, incoming = pending.resource, pending.current, pending.obj
+        assert current is not None
+        if pending.precondition is not None and pending.precondition != str(
+            current["metadata"]["resourceVersion"]
+        ):
+            raise _stale(resource, pending.name)
+        if pending.subresource == "status":
             result = copy.deepcopy(current)
             if "status" in incoming:
                 result["status"] = incoming["status"]
@@ -261,12 +422,42 @@ class ApiServer:
             result = self._main(resource, current, incoming)
         result["metadata"].pop("resourceVersion", None)
         self._defaults(resource, result, current)
-        if _unstamped(result) == _unstamped(current):
-            return current  # a no-op write does not move resourceVersion, as on a cluster
-        stored = self.store.put(resource.kind, result)
-        self.after_write(resource, stored)
-        found = self.store.get(resource.kind, old.get("namespace", ""), name)
-        return copy.deepcopy(found if found is not None else stored)
+        pending.obj = result
+
+    def _commit(self, pending: Pending) -> dict[str, Any]:
+        """Store a prepared write, re-checking what may have moved while it was admitted."""
+        resource, namespace, name = pending.resource, pending.namespace, pending.name
+        stored = self.store.get(resource.kind, namespace, name)
+        if pending.operation == "CREATE":
+            self._exists(resource, namespace, name)
+            previous = None
+        else:
+            assert pending.current is not None
+            if stored is None:
+                raise not_found(resource.plural, name, resource.group)
+            if (
+                stored["metadata"]["resourceVersion"]
+                != pending.current["metadata"]["resourceVersion"]
+            ):
+                if pending.precondition is not None:
+                    raise _stale(resource, name)
+                raise _Moved
+            if _unstamped(pending.obj) == _unstamped(pending.current):
+                return pending.current  # a no-op write keeps its resourceVersion, as on a cluster
+            previous = pending.current
+        if resource.kind == "Service":
+            self._defaults(resource, pending.obj, previous)  # node ports taken meanwhile
+        if resource.kind == CRD:
+            for served in self._crd_resources(pending.obj):
+                self.registry.add(served)
+        if resource.kind == "Pod" and pending.operation == "CREATE":
+            # Created through the API, so the node simulator runs it even when it names its
+            # node already (scenario Pods, put into the store directly, are never adopted).
+            self.nodes.managed.add(str(pending.obj["metadata"]["uid"]))
+        written = self.store.put(resource.kind, pending.obj)
+        self.after_write(resource, written)
+        found = self.store.get(resource.kind, namespace, name)
+        return copy.deepcopy(found if found is not None else written)
 
     def _main(
         self, resource: Resource, current: dict[str, Any], incoming: dict[str, Any]
@@ -306,7 +497,7 @@ class ApiServer:
             result["metadata"]["generation"] = int(old.get("generation") or 1) + 1
         self._validate(resource, result)
         if resource.kind == CRD:
-            self._register(result)
+            self._crd_resources(result)
         return result
 
     # -- delete ----------------------------------------------------------------------------
@@ -317,16 +508,7 @@ class ApiServer:
         """DELETE with ``DeleteOptions``: preconditions, propagation, finalizers, grace."""
         current = self.current(resource, namespace, name)
         meta = current["metadata"]
-        pre = options.get("preconditions") or {}
-        for key in ("uid", "resourceVersion"):
-            if pre.get(key) and str(pre[key]) != str(meta.get(key)):
-                raise conflict(
-                    resource,
-                    name,
-                    f"Precondition failed: {key.replace('resourceVersion', 'ResourceVersion')}"
-                    f"{'UID' if key == 'uid' else ''} in precondition: {pre[key]}, "
-                    f"{key} in object meta: {meta.get(key)}".replace("uidUID", "UID"),
-                )
+        _preconditions(resource, name, meta, options)
         policy = options.get("propagationPolicy") or (
             "Orphan" if options.get("orphanDependents") else "Background"
         )
@@ -351,6 +533,32 @@ class ApiServer:
             found = self.store.get(resource.kind, namespace, name)
             return copy.deepcopy(found if found is not None else stored)
         return self.remove(resource, current)
+
+    async def admitted_delete(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        options: Mapping[str, Any],
+        user: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """DELETE through the admission webhooks (``oldObject`` is what is deleted)."""
+        current = self.current(resource, namespace, name)
+        _preconditions(resource, name, current["metadata"], options)
+        attrs = Attributes(
+            resource,
+            "DELETE",
+            namespace,
+            name,
+            "",
+            None,
+            current,
+            options_for("DELETE", patch=False, given=options),
+            user,
+        )
+        await self.admission.mutate(attrs)
+        await self.admission.validate(attrs)
+        return self.delete(resource, namespace, name, options)  # preconditions re-checked
 
     def remove(self, resource: Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Take the object out of the store now; collect what it owned."""
@@ -531,10 +739,13 @@ class ApiServer:
             )
         if resource.schema is not None:
             causes += [(c.field, c.message, c.reason) for c in validate(obj, resource.schema)]
+        if resource.group == admission.GROUP and resource.kind in admission.CONFIGURATION_KINDS:
+            causes += admission.check_configuration(resource.kind, obj)
         if causes:
             raise invalid(resource, name, causes)
 
-    def _register(self, crd: Mapping[str, Any]) -> None:
+    def _crd_resources(self, crd: Mapping[str, Any]) -> list[Resource]:
+        """What a CRD would serve; the 422 naming the field when it cannot be served."""
         try:
             found = from_crd(crd)
         except CrdError as exc:
@@ -545,8 +756,7 @@ class ApiServer:
             assert crd_resource is not None
             field, _, message = str(exc).partition(": ")
             raise invalid(crd_resource, name, [(field, message, "FieldValueInvalid")]) from exc
-        for resource in found:
-            self.registry.add(resource)
+        return found
 
     def _defaults(
         self, resource: Resource, obj: dict[str, Any], previous: Mapping[str, Any] | None
@@ -555,6 +765,8 @@ class ApiServer:
             self.nodes.service_defaults(obj, previous)
         elif resource.kind == "Pod" and "status" not in obj:
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        elif resource.group == admission.GROUP and resource.kind in admission.CONFIGURATION_KINDS:
+            admission.default_configuration(resource.kind, obj)
         elif resource.kind == CRD:
             obj["status"] = {
                 "acceptedNames": dict((obj.get("spec") or {}).get("names") or {}),
@@ -573,6 +785,54 @@ class ApiServer:
 def _DNS_SUBDOMAIN(name: str) -> bool:  # noqa: N802 — named as the API server's validator
     allowed = set(string.ascii_lowercase + string.digits + "-.")
     return bool(name) and set(name) <= allowed and name[0].isalnum() and name[-1].isalnum()
+
+
+def _preconditions(
+    resource: Resource, name: str, meta: Mapping[str, Any], options: Mapping[str, Any]
+) -> None:
+    """The 409 a delete whose ``preconditions`` no longer hold gets."""
+    pre = options.get("preconditions") or {}
+    for key in ("uid", "resourceVersion"):
+        if pre.get(key) and str(pre[key]) != str(meta.get(key)):
+            raise conflict(
+                resource,
+                name,
+                f"Precondition failed: {key.replace('resourceVersion', 'ResourceVersion')}"
+                f"{'UID' if key == 'uid' else ''} in precondition: {pre[key]}, "
+                f"{key} in object meta: {meta.get(key)}".replace("uidUID", "UID"),
+            )
+
+
+def _stale(resource: Resource, name: str) -> StatusError:
+    return conflict(
+        resource,
+        name,
+        "the object has been modified; please apply your "
+        "changes to the latest version and try again",
+    )
+
+
+class _Moved(Exception):  # noqa: N818 — a signal between two stages, not an error
+    """The object moved while an unconditional update was admitted: rebuild and re-admit."""
+
+
+@dataclass
+class Pending:
+    """One write between its request and its commit."""
+
+    resource: Resource
+    operation: str
+    """``CREATE`` or ``UPDATE`` (a patch is an update, as admission reviews name it)."""
+    namespace: str
+    name: str
+    """Empty for a create until ``generateName`` has been expanded."""
+    obj: dict[str, Any]
+    """The request object, then (after ``_prepare``) what the commit stores."""
+    current: dict[str, Any] | None = None
+    """The stored object an update was built on; its resourceVersion is re-checked."""
+    subresource: str = ""
+    precondition: str | None = None
+    """The resourceVersion the request named; ``None``: unconditional."""
 
 
 def _unstamped(obj: Mapping[str, Any]) -> Any:

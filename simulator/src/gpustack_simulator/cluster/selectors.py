@@ -110,3 +110,34 @@ def field_selector(text: str) -> Predicate:
 
 def _field_check(getter: Callable[[Mapping[str, Any]], str], value: str, equal: bool) -> Predicate:
     return lambda obj: (getter(obj) == value) == equal
+
+
+def match_label_selector(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether ``labels`` satisfy a ``LabelSelector`` object (``matchLabels`` and expressions).
+
+    The empty selector selects everything, as ``metav1.LabelSelectorAsSelector`` makes it; an
+    operator it does not know (or ``In`` without values) is a ``SelectorError``, so a webhook
+    configuration carrying one is refused when written rather than misread when called.
+    """
+    expressions = list(selector.get("matchExpressions") or ())
+    for expr in expressions:
+        op, values = expr.get("operator"), expr.get("values") or ()
+        if op in {"In", "NotIn"} and not values:
+            raise SelectorError(f"{op} requires one or more values for key {expr.get('key')!r}")
+        if op in {"Exists", "DoesNotExist"} and values:
+            raise SelectorError(f"{op} takes no values (key {expr.get('key')!r})")
+        if op not in {"In", "NotIn", "Exists", "DoesNotExist"}:
+            raise SelectorError(f'"{op}" is not a valid label selector operator')
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in expressions:
+        key, op, values = expr.get("key"), expr.get("operator"), list(expr.get("values") or ())
+        present = key in labels
+        if (
+            (op == "In" and not (present and labels[key] in values))
+            or (op == "NotIn" and present and labels[key] in values)
+            or (op == "Exists" and not present)
+            or (op == "DoesNotExist" and present)
+        ):
+            return False
+    return True

@@ -88,6 +88,9 @@ class ClusterState:
     worker_url: str | None = None
     worker_ca: str | None = None
     registry: Registry = field(default_factory=Registry)
+    webhook_services: dict[tuple[str, str, int], str] = field(default_factory=dict)
+    """``(namespace, name, port)`` of a Service → the ``host:port`` an admission webhook's
+    ``clientConfig.service`` is called at; cluster IPs do not route here (admission.py)."""
 
     def __post_init__(self) -> None:
         self.faults = list(self.expanded.faults)

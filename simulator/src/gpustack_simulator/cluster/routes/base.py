@@ -33,6 +33,10 @@ class Caller:
         self.name = user.name
         self.groups = (*user.groups, "system:authenticated")
 
+    def user_info(self) -> dict[str, Any]:
+        """The ``userInfo`` an admission review names the requester by."""
+        return {"username": self.name, "groups": list(self.groups)}
+
 
 class RouteBase:
     """The state every family reads and the checks every handler makes first."""

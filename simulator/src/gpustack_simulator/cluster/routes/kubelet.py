@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from quart import Response
 
+from gpustack_core.quantity import QuantityError, parse_quantity
 from gpustack_core.status import StatusError, no_route, not_found
+from gpustack_simulator.cluster.podstats import running_pod_stats
 from gpustack_simulator.cluster.routes.base import Caller, RouteBase, json_response, list_item
 from gpustack_simulator.cluster.state import (
     NODE,
     POD,
 )
 
+if TYPE_CHECKING:
+    from gpustack_simulator.cluster.apiserver import ApiServer
+
 
 class KubeletRoutes(RouteBase):
     """``nodes/<name>/proxy/stats/summary`` and ``metrics.k8s.io`` PodMetrics."""
+
+    api: ApiServer
 
     async def node_proxy(self, caller: Caller, name: str, rest: str) -> Response:
         """The kubelet's ``stats/summary`` through the node proxy; 503 while unreachable."""
@@ -34,7 +42,30 @@ class KubeletRoutes(RouteBase):
                 f"error trying to reach service: dial tcp {address}:10250: "
                 "connect: connection refused",
             )
-        return json_response(self.state.expanded.summary(name, self.state.clock()))
+        return json_response(self._summary(name, node))
+
+    def _summary(self, name: str, node: Mapping[str, Any]) -> dict[str, Any]:
+        """The scenario's series for its Pods, plus the Pods the node simulator runs there.
+
+        A node created through the API has no series: its node block is an idle node's.
+        """
+        t = self.state.clock()
+        try:
+            summary = self.state.expanded.summary(name, t)
+        except KeyError:
+            summary = _idle_node(name, node, _scenario_stamp(self.state.expanded.epoch, t))
+        block = summary["node"]
+        summary["pods"] = [
+            *(summary.get("pods") or ()),
+            *running_pod_stats(
+                self.state.store.list(POD),
+                name,
+                self.api.nodes.managed,
+                time=str(block["cpu"]["time"]),
+                capacity=int(block.get("fs", {}).get("capacityBytes") or 0),
+            ),
+        ]
+        return summary
 
     # -- metrics.k8s.io ---------------------------------------------------------------------
 
@@ -68,6 +99,34 @@ class KubeletRoutes(RouteBase):
                 "items": items,
             }
         )
+
+
+def _scenario_stamp(epoch: datetime, t: float) -> str:
+    return (epoch + timedelta(seconds=t)).astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _idle_node(name: str, node: Mapping[str, Any], time: str) -> dict[str, Any]:
+    """The summary of a node nothing measured yet runs on: present, idle figures."""
+    raw = (node.get("status") or {}).get("capacity", {}).get("ephemeral-storage", "0")
+    try:
+        capacity = int(parse_quantity(str(raw)))
+    except (QuantityError, ValueError):
+        capacity = 0
+    return {
+        "node": {
+            "nodeName": name,
+            "startTime": node["metadata"].get("creationTimestamp", time),
+            "cpu": {"time": time, "usageNanoCores": 0, "usageCoreNanoSeconds": 0},
+            "memory": {"time": time, "usageBytes": 0, "workingSetBytes": 0, "rssBytes": 0},
+            "fs": {
+                "time": time,
+                "availableBytes": capacity,
+                "capacityBytes": capacity,
+                "usedBytes": 0,
+            },
+        },
+        "pods": [],
+    }
 
 
 def _internal_ip(node: Mapping[str, Any]) -> str:

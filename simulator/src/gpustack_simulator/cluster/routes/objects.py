@@ -61,7 +61,9 @@ class ObjectRoutes(RouteBase):
         subresource = sub or ""
         if method == "POST" and name is None:
             self.authorize(caller, "create", plural, group=group, namespace=namespace)
-            created = self.api.create(resource, namespace, await self._body())
+            created = await self.api.admitted_create(
+                resource, namespace, await self._body(), caller.user_info()
+            )
             return json_response(created, 201)
         if name is None:
             if method == "DELETE":
@@ -79,7 +81,9 @@ class ObjectRoutes(RouteBase):
             )
             body = await self._body()
             return json_response(
-                self.api.replace(resource, namespace, name, body, subresource=subresource)
+                await self.api.admitted_replace(
+                    resource, namespace, name, body, caller.user_info(), subresource=subresource
+                )
             )
         if method == "PATCH":
             self.authorize(
@@ -94,14 +98,22 @@ class ObjectRoutes(RouteBase):
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
             body = await self._body()
             return json_response(
-                self.api.patch(
-                    resource, namespace, name, body, content_type, subresource=subresource
+                await self.api.admitted_patch(
+                    resource,
+                    namespace,
+                    name,
+                    body,
+                    content_type,
+                    caller.user_info(),
+                    subresource=subresource,
                 )
             )
         if method == "DELETE" and sub is None:
             self.authorize(caller, "delete", plural, group=group, namespace=namespace, name=name)
             return json_response(
-                self.api.delete(resource, namespace, name, await self._delete_options())
+                await self.api.admitted_delete(
+                    resource, namespace, name, await self._delete_options(), caller.user_info()
+                )
             )
         raise self._not_allowed()
 
@@ -118,9 +130,10 @@ class ObjectRoutes(RouteBase):
             if predicate(obj):
                 meta = obj["metadata"]
                 if self.state.store.get(resource.kind, namespace, meta["name"]) is not None:
-                    gone.append(
-                        list_item(self.api.delete(resource, namespace, meta["name"], options))
+                    deleted = await self.api.admitted_delete(
+                        resource, namespace, meta["name"], options, caller.user_info()
                     )
+                    gone.append(list_item(deleted))
         return json_response(
             {
                 "kind": f"{resource.kind}List",
