@@ -13,7 +13,7 @@ caller: outcomes name Pods and containers, never processes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TypeAlias
@@ -103,17 +103,87 @@ def _read(read_file: ReadFile, path: Path) -> bytes | AttributionReason:
         return AttributionReason.UNREADABLE
 
 
-def _state(stat: bytes) -> str | None:
-    """The state letter of ``/proc/<pid>/stat``, or ``None`` when the text is not a stat line.
+def _fields(stat: bytes) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name, from ``state`` (field 3) on.
 
-    The field follows the *last* ``)``: the command name before it is in parentheses and may
-    itself hold spaces and parentheses (``prctl`` lets a process name itself ``a) Z (b``).
+    They follow the *last* ``)``: the command name before it is in parentheses and may itself
+    hold spaces and parentheses (``prctl`` lets a process name itself ``a) Z (b``).
     """
     _, paren, rest = stat.decode("utf-8", "surrogateescape").rpartition(")")
     fields = rest.split()
     if not paren or not fields:
         return None
-    return fields[0]
+    return fields
+
+
+def _state(stat: bytes) -> str | None:
+    """The state letter of ``/proc/<pid>/stat``, or ``None`` when the text is not a stat line."""
+    fields = _fields(stat)
+    return fields[0] if fields else None
+
+
+_START_TIME_FIELD = 22 - 3
+"""``starttime`` (field 22 of ``proc_pid_stat(5)``) in :func:`_fields`' list, which starts at 3."""
+
+
+def _start_time(stat: bytes) -> str | None:
+    """When the process started (clock ticks since boot): with the PID, its identity."""
+    fields = _fields(stat)
+    if fields is None or len(fields) <= _START_TIME_FIELD:
+        return None
+    return fields[_START_TIME_FIELD]
+
+
+_MEDIATED = Unattributed(AttributionReason.MEDIATED)
+
+
+@dataclass
+class AttributionCache:
+    """What the last ticks learnt per process, keyed by PID and checked by start time.
+
+    A process's cgroup and command name are fixed for its life in practice (container
+    processes are not migrated), and a PID with the same start time is the same process, so
+    once a PID was placed a later tick needs only its ``stat`` (state and start time): one
+    read instead of four. A reused PID has a new start time and is read in full again, so it
+    is never placed on the previous process's Pod. Entries of PIDs not asked about in a tick
+    are dropped at its end: the cache holds at most one tick's PIDs.
+    """
+
+    entries: dict[int, tuple[str, CgroupIdentity | AttributionReason | Unattributed]] = field(
+        default_factory=dict
+    )
+    hits: int = 0
+    """PIDs placed from the cache (one read each); for tests and benchmarks."""
+
+    def retain(self, pids: Iterable[int]) -> None:
+        """Forget every PID not in ``pids``."""
+        keep = set(pids)
+        for pid in [pid for pid in self.entries if pid not in keep]:
+            del self.entries[pid]
+
+
+def _from_cache(
+    pid: int,
+    base: Path,
+    pods: Mapping[str, PodRecord],
+    read_file: ReadFile,
+    cache: AttributionCache,
+) -> tuple[Outcome, bool] | None:
+    """The warm path: one ``stat`` read; ``None`` when the process must be read in full."""
+    cached = cache.entries.get(pid)
+    if cached is None:
+        return None
+    stat = _read(read_file, base / "stat")
+    if isinstance(stat, AttributionReason):
+        return Unattributed(stat), stat is AttributionReason.EXITED
+    state, started = _state(stat), _start_time(stat)
+    if state in {"Z", "X"} or started != cached[0]:
+        return None  # a zombie now, or another process under a reused PID: the full path says
+    cache.hits += 1
+    known = cached[1]
+    if isinstance(known, Unattributed):
+        return known, False
+    return _classify(known, pods), False
 
 
 def _classify(parsed: CgroupIdentity | AttributionReason, pods: Mapping[str, PodRecord]) -> Outcome:
@@ -131,9 +201,17 @@ def _classify(parsed: CgroupIdentity | AttributionReason, pods: Mapping[str, Pod
 
 
 def _attribute_one(
-    base: Path, pods: Mapping[str, PodRecord], read_file: ReadFile
+    base: Path,
+    pods: Mapping[str, PodRecord],
+    read_file: ReadFile,
+    remember: Callable[[str, CgroupIdentity | AttributionReason | Unattributed], None]
+    | None = None,
 ) -> tuple[Outcome, bool]:
-    """One PID's outcome, and whether its ``/proc`` entry was missing at the first read."""
+    """One PID's outcome, and whether its ``/proc`` entry was missing at the first read.
+
+    ``remember`` receives the process's start time and what its cgroup and name said, once
+    both cgroup reads agreed (a stable answer is the only one worth keeping).
+    """
     first = _read(read_file, base / "cgroup")
     if isinstance(first, AttributionReason):
         return Unattributed(first), first is AttributionReason.EXITED
@@ -154,13 +232,17 @@ def _attribute_one(
     if isinstance(comm, AttributionReason):
         return Unattributed(comm), False
     if comm.decode("utf-8", "surrogateescape").startswith(MPS_COMM_PREFIX):
-        return Unattributed(AttributionReason.MEDIATED), False
+        started = _start_time(stat)
+        if remember is not None and started is not None:
+            remember(started, _MEDIATED)
+        return _MEDIATED, False
 
     try:
         text = first.decode("utf-8")
     except UnicodeDecodeError:
         return Unattributed(AttributionReason.UNREADABLE), False
-    outcome = _classify(parse_cgroup(text), pods)
+    parsed = parse_cgroup(text)
+    outcome = _classify(parsed, pods)
 
     # The PID may have been reused between the vendor's report and these reads. A cgroup that
     # reads the same twice means whatever runs under this PID now runs in the same container,
@@ -169,6 +251,9 @@ def _attribute_one(
     second = _read(read_file, base / "cgroup")
     if second != first:
         return Unattributed(AttributionReason.UNSTABLE), False
+    started = _start_time(stat)
+    if remember is not None and started is not None:
+        remember(started, parsed)
     return outcome, False
 
 
@@ -178,8 +263,12 @@ def attribute(
     pods: Mapping[str, PodRecord],
     *,
     read_file: ReadFile = Path.read_bytes,
+    cache: AttributionCache | None = None,
 ) -> dict[int, Outcome]:
     """Place each host PID on a Pod container, or say why it cannot be placed.
+
+    With a ``cache`` kept across ticks, a process placed before costs one read (see
+    :class:`AttributionCache`); the answers are the same as without it.
 
     ``pods`` is the node's Pod index keyed by UID. When every requested PID is missing from
     ``proc_root``, the likelier story is not that all of them exited at once but that this
@@ -191,9 +280,26 @@ def attribute(
     for pid in pids:
         if pid in outcomes:
             continue
-        outcome, missing = _attribute_one(proc_root / str(pid), pods, read_file)
+        base = proc_root / str(pid)
+        warm = _from_cache(pid, base, pods, read_file, cache) if cache is not None else None
+        if warm is None:
+            remember = None
+            if cache is not None:
+                cache.entries.pop(pid, None)
+
+                def remember(
+                    started: str,
+                    known: CgroupIdentity | AttributionReason | Unattributed,
+                    pid: int = pid,
+                ) -> None:
+                    cache.entries[pid] = (started, known)
+
+            warm = _attribute_one(base, pods, read_file, remember)
+        outcome, missing = warm
         outcomes[pid] = outcome
         every_missing = every_missing and missing
+    if cache is not None:
+        cache.retain(outcomes)
     if outcomes and every_missing:
         invisible = Unattributed(AttributionReason.PID_NAMESPACE_INVISIBLE)
         return dict.fromkeys(outcomes, invisible)

@@ -21,7 +21,7 @@ import trio
 from gpustack_core import contract
 from gpustack_core.snapshot import CardFigures, MonitorSnapshot, SliceSection, SnapshotGroup
 from gpustack_core.units import percent_of
-from gpustack_devicemanager.attribution import PodRecord, attribute
+from gpustack_devicemanager.attribution import AttributionCache, PodRecord, attribute
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.podview import PodEntry, decoded
 from gpustack_devicemanager.slices import PodGrants, build_section, targets
@@ -49,6 +49,8 @@ class TickContext:
     proc_root: Path
     warned: set[str] = field(default_factory=set)
     last_reasons: dict[str, tuple[str, str]] = field(default_factory=dict)
+    attribution: AttributionCache = field(default_factory=AttributionCache)
+    """Placed processes by PID and start time: a steady tick reads one file per PID."""
 
 
 def card_figures(sample: CardSample) -> CardFigures:
@@ -126,7 +128,7 @@ def tick(
             _warn_once(context, f"plan:{note}", "%s", note)
         processes = backend.processes(plan.sliced_devices) if plan.sliced_devices else {}
         pids = {row.pid for entry in processes.values() for row in entry.rows}
-        outcomes = attribute(pids, context.proc_root, records)
+        outcomes = attribute(pids, context.proc_root, records, cache=context.attribution)
         partitions = backend.partitions(sorted(plan.partitions)) if plan.partitions else {}
         section = build_section(
             context.manufacturer,
