@@ -28,6 +28,7 @@ import msgspec
 import trio
 from quart import Response, g, request
 from quart_trio import QuartTrio
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from gpustack_core.names import (
     dns1123_label_problem,
@@ -39,6 +40,7 @@ from gpustack_kube.client import ApiError, KubeError
 from gpustack_kube.guard import RequestGuard
 from gpustack_kube.paths import INSTANCES
 from gpustack_worker import discovery, openapi
+from gpustack_worker.admission import MAX_REVIEW_BYTES, PHASES, AdmissionWebhook
 from gpustack_worker.authn import Authenticator, Unauthenticated, UserInfo
 from gpustack_worker.authz import Attributes, AuthorizationError, Authorizer, forbidden_message
 from gpustack_worker.subresource import Sources, Unavailable, instance_metrics
@@ -66,6 +68,8 @@ class Surface:
     """``None`` when ready, else why not (for ``/readyz``)."""
     requests: dict[int, int] = field(default_factory=dict)
     """Answers by status code, for tests and benchmarks."""
+    admission: AdmissionWebhook | None = None
+    """The Pod webhook; ``None`` builds one over ``sources.client``."""
 
 
 def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
@@ -105,7 +109,10 @@ def build_app(surface: Surface) -> QuartTrio:
     app.asgi_app = RequestGuard(app.asgi_app, _status_rejection)  # type: ignore[method-assign]
     app.config["RESPONSE_TIMEOUT"] = 30
     app.config["BODY_TIMEOUT"] = 10
-    app.config["MAX_CONTENT_LENGTH"] = 1 << 20
+    # The only bodies read are admission reviews (one Pod each); the API routes read none.
+    app.config["MAX_CONTENT_LENGTH"] = MAX_REVIEW_BYTES
+    if surface.admission is None:
+        surface.admission = AdmissionWebhook.of(surface.sources.client)
     routes = _Routes(surface)
 
     methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -154,6 +161,8 @@ class _Routes:
         path = raw_path.rstrip("/") or "/"
         if path in HEALTH_PATHS:
             return self.health(path)
+        if path in PHASES:  # called by kube-apiserver, which presents no credential
+            return await self.admission(path)
         user = await self.authenticate()
         g.user = user.name  # for the access log, whatever the answer
         if request.method != "GET":
@@ -171,6 +180,27 @@ class _Routes:
         if problem is not None:
             return Response(f"[-]{problem}\nreadyz check failed\n", status=500)
         return Response("ok", status=200, content_type="text/plain; charset=utf-8")
+
+    # -- the Pod admission webhook (gpustack_worker.admission) ------------------------------
+
+    async def admission(self, path: str) -> Response:
+        if request.method != "POST":
+            raise StatusError(
+                405, f"the admission webhook {path} accepts POST only ({request.method})"
+            )
+        try:
+            body = await request.get_data(cache=False, as_text=False)
+        except RequestEntityTooLarge:
+            return Response(
+                f"AdmissionReview: body larger than {MAX_REVIEW_BYTES} bytes\n", status=413
+            )
+        assert self.surface.admission is not None  # build_app made one
+        status, answer = await self.surface.admission.handle(
+            path, body if isinstance(body, bytes) else body.encode()
+        )
+        if status != 200:
+            return Response(answer, status=status, content_type="text/plain; charset=utf-8")
+        return Response(answer, status=200, content_type=JSON)
 
     # -- authentication and authorization ---------------------------------------------------
 
