@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -329,15 +329,30 @@ async def run_exporter(
     *,
     period: float,
     wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    run_sync: Callable[[Callable[[RoundInputs], Rendered], RoundInputs], Awaitable[Rendered]] = (
+        trio.to_thread.run_sync
+    ),
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Render a round every period, the first at once; a round never reuses older figures."""
-    next_at = trio.current_time()
+    """Render a round from each snapshot the monitor publishes; a round never reuses figures.
+
+    The round is triggered by the publish, not by a timer of its own: a timer drifts against
+    the monitor's, so ``/metrics`` served figures up to a period older than the snapshot
+    beside it, and a render could coincide with a tick. The kubelet is still read afresh in
+    every round. When no snapshot comes for ``period`` plus half of it (ticks have stopped), a
+    round runs anyway, so the collector's ``snapshot`` success gauge falls to 0 instead of the
+    last good figures staying up. ``run_sync`` takes the render off the loop (inline in
+    tests under a mock clock, which would otherwise jump while the thread renders).
+    """
     freshness = Freshness(min(timedelta(seconds=period), MAX_MONITOR_PERIOD))
+    # Before the first tick, wait for it; with a snapshot already there, build on it at once.
+    current = source.holder.current
+    seen = current if current.snapshot is None else None
+    task_status.started()
     while True:
+        seen = await source.holder.next_publication(seen, timeout=period * 1.5)
         inputs = await read_inputs(source, wall_clock(), freshness)
-        # Rendering ~10k series takes a few hundred ms: off the loop, so scrapes and probes
-        # keep being answered while a round is built.
-        rendered = await trio.to_thread.run_sync(_render_round, inputs)
+        # Rendering ~10k series takes tens of ms: off the loop, so scrapes and probes keep
+        # being answered while a round is built.
+        rendered = await run_sync(_render_round, inputs)
         exposition.publish(rendered)
-        next_at = max(next_at + period, trio.current_time())
-        await trio.sleep_until(next_at)

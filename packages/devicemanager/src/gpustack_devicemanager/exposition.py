@@ -146,6 +146,67 @@ class ExpositionHolder:
 
     def negotiate(self, accept: str) -> tuple[Encoded, str]:
         """The body and content type for a scrape's ``Accept`` header."""
-        if "application/openmetrics-text" in accept:
+        if prefers_openmetrics(accept):
             return self.current.openmetrics_body, OPENMETRICS
         return self.current.text_body, TEXT
+
+
+def _media_ranges(accept: str) -> list[tuple[str, float]]:
+    """``Accept`` as (media range, quality) pairs; a malformed ``q`` counts as refusal."""
+    ranges: list[tuple[str, float]] = []
+    for part in accept.split(","):
+        media, *params = part.split(";")
+        media = media.strip().lower()
+        if not media:
+            continue
+        quality = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    quality = min(1.0, max(0.0, float(value.strip())))
+                except ValueError:
+                    quality = 0.0
+        ranges.append((media, quality))
+    return ranges
+
+
+def _quality(ranges: Sequence[tuple[str, float]], media: str) -> tuple[int, float] | None:
+    """The most specific range matching ``media``: (2 exact, 1 ``type/*``, 0 ``*/*``, quality).
+
+    RFC 9110 §12.5.1: the most specific range decides; ``None`` when no range matches.
+    """
+    kind = media.split("/", 1)[0]
+    best: tuple[int, float] | None = None
+    for candidate, quality in ranges:
+        if candidate == media:
+            specificity = 2
+        elif candidate == f"{kind}/*":
+            specificity = 1
+        elif candidate == "*/*":
+            specificity = 0
+        else:
+            continue
+        if best is None or specificity > best[0] or (specificity == best[0] and quality > best[1]):
+            best = (specificity, quality)
+    return best
+
+
+def prefers_openmetrics(accept: str) -> bool:
+    """Whether a scrape's ``Accept`` asks for OpenMetrics over the classic text format.
+
+    Prometheus lists both with q-values and picks by them, so a substring test is wrong both
+    ways: ``application/openmetrics-text;q=0`` means *not* OpenMetrics, and a client that ranks
+    ``text/plain`` above it wants text. OpenMetrics is chosen only when it is acceptable
+    (``q > 0``) and ranked above text, or equal to it when named outright (a bare ``*/*``,
+    as curl sends, keeps the classic text). Anything else — no header, neither acceptable —
+    gets text, as ``prometheus_client`` does, rather than a 406 a scraper records as a failure.
+    """
+    ranges = _media_ranges(accept)
+    openmetrics = _quality(ranges, "application/openmetrics-text")
+    if openmetrics is None or openmetrics[1] <= 0:
+        return False
+    text = _quality(ranges, "text/plain")
+    if text is None or openmetrics[1] > text[1]:
+        return True
+    return openmetrics[1] == text[1] and openmetrics[0] == 2

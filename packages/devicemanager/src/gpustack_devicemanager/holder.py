@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import msgspec
+import trio
 
 from gpustack_core.snapshot import MonitorSnapshot, encode_snapshot
 from gpustack_devicemanager.encoded import Encoded
@@ -41,6 +42,7 @@ class SnapshotHolder:
 
     def __init__(self, period_seconds: int) -> None:
         self._published = Published(None, Encoded.of(before_first_tick(period_seconds)), None)
+        self._next = trio.Event()
 
     @property
     def current(self) -> Published:
@@ -51,4 +53,20 @@ class SnapshotHolder:
         """Store a new tick's snapshot; the previous one is dropped."""
         published = Published(snapshot, Encoded.of(encode_snapshot(snapshot)), completed_at)
         self._published = published
+        # Wake whoever builds on the snapshot (the exporter's round) and arm a fresh event for
+        # the next tick. Called from the event loop (the monitor awaits its tick thread first).
+        woken, self._next = self._next, trio.Event()
+        woken.set()
         return published
+
+    async def next_publication(self, after: Published | None, *, timeout: float) -> Published:
+        """The first publication other than ``after``, or the current one after ``timeout``.
+
+        The exporter's round follows the monitor's tick this way, so its figures are never a
+        period older than the snapshot it serves. The timeout keeps rounds coming when ticks
+        stop (a hung library): a round on the old snapshot then reports it stale.
+        """
+        if self._published is after:
+            with trio.move_on_after(timeout):
+                await self._next.wait()
+        return self._published
