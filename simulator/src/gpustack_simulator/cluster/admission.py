@@ -639,16 +639,18 @@ def _ssl_context(ca_bundle: str) -> ssl.SSLContext:
 
 def _transport_reason(exc: BaseException, target: Target) -> str:
     """Name the cause as Go's client would: a refused dial, an unverifiable certificate."""
-    seen: BaseException | None = exc
-    while seen is not None:
+    pending: list[BaseException] = [exc]
+    while pending:
+        seen = pending.pop(0)
         if isinstance(seen, ssl.SSLCertVerificationError):
             return f"tls: failed to verify certificate: {seen.verify_message}"
-        if isinstance(seen, ConnectionRefusedError) or (
-            isinstance(seen, OSError) and seen.errno == errno.ECONNREFUSED
-        ):
+        if isinstance(seen, OSError) and seen.errno == errno.ECONNREFUSED:
             parts = urlsplit(target.url)
             return f"dial tcp {parts.hostname}:{parts.port or 443}: connect: connection refused"
-        seen = seen.__cause__ or seen.__context__
+        if isinstance(seen, BaseExceptionGroup):  # trio's happy eyeballs: one per address
+            pending += seen.exceptions
+        if (cause := seen.__cause__ or seen.__context__) is not None:
+            pending.append(cause)
     return str(exc) or type(exc).__name__
 
 
