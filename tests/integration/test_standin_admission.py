@@ -391,6 +391,9 @@ async def test_a_denial_reaches_the_client_with_the_webhook_status(
     assert 'admission webhook "deny.example.test" denied the request: no thanks' in (
         caught.value.message
     )
+    with pytest.raises(ApiError) as caught:
+        await kube.create(PODS, pod("success-code", annotations={"test/deny-code": "200"}))
+    assert caught.value.status == 400  # a refusal never leaves with a success code
     listed = await kube.get(PODS)
     assert not {"plain", "coded"} & {p["metadata"]["name"] for p in listed["items"]}
 
@@ -426,6 +429,21 @@ async def test_kubectl_prints_the_denial(
     stderr = done.stderr.decode()
     assert "Error from server (Forbidden)" in stderr
     assert 'admission webhook "deny.example.test" denied the request: no thanks' in stderr
+    listed = await trio.run_process(
+        [
+            KUBECTL,
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "get",
+            "validatingwebhookconfigurations",
+            "-o",
+            "name",
+        ],
+        capture_stdout=True,
+    )
+    assert listed.stdout.decode().split() == [
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/gate"
+    ]
 
 
 async def test_validating_webhooks_see_the_mutated_object_and_updates_and_deletes(

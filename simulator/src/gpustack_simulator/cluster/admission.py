@@ -11,10 +11,10 @@ order, each seeing the previous one's JSON patch; validating webhooks run concur
 final object, and the first denial in that same order is the one reported.
 
 Failures are the API server's: a denial is its ``Status`` (code 403 and reason ``Forbidden``
-when the webhook gives none), prefixed ``<resource> "<name>" is forbidden: admission webhook
-"<name>" denied the request: ``; a webhook that cannot be called, times out or answers
-something that is not a valid review is a 500 ``InternalError`` naming it under
-``failurePolicy: Fail`` and is skipped under ``Ignore``.
+when the webhook gives none, 400 for a code below 400), its message prefixed ``<resource>
+"<name>" is forbidden: admission webhook "<webhook>" denied the request:``; a webhook that
+cannot be called, times out or answers something that is not a valid review is a 500
+``InternalError`` naming it under ``failurePolicy: Fail`` and is skipped under ``Ignore``.
 
 What the stand-in does differently, and why nothing here depends on it:
 
@@ -387,8 +387,6 @@ class Admission:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self.calls = 0
-        """Reviews sent so far (tests read it to see that a non-matching write sent none)."""
 
     def hooks(self, kind: str) -> list[Hook]:
         """Every webhook of one configuration kind, configurations in name order."""
@@ -513,7 +511,6 @@ class Admission:
         target = self._target(hook)
         timeout = hook.timeout
         url = f"{target.url}?timeout={int(timeout)}s"
-        self.calls += 1
         try:
             context = _ssl_context(target.ca_bundle)
         except ValueError as exc:
@@ -741,8 +738,10 @@ def internal(message: str) -> StatusError:
 def denied(webhook: str, status: Any, attrs: Attributes) -> StatusError:
     """A denial as the API server words it, the webhook's code and reason kept."""
     result: Mapping[str, Any] = status if isinstance(status, Mapping) else {}
-    code = result.get("code") or 403
-    code = int(code) if isinstance(code, int) else 403
+    raw = result.get("code")
+    # None given is the 403 kube-apiserver answers; a success code on a refusal is a 400.
+    code = raw if isinstance(raw, int) and not isinstance(raw, bool) and raw else 403
+    code = max(code, 400)
     by = f'admission webhook "{webhook}" denied the request'
     if result.get("message"):
         text = f"{by}: {result['message']}"
