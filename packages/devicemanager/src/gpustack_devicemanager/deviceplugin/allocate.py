@@ -1,0 +1,513 @@
+"""``Allocate`` in the trio loop: find the container, decide under the node lock, record it.
+
+The kubelet calls a plugin once per container and resource, and says only which device IDs it
+picked. Which (Pod, container) they are for is asked of the kubelet's PodResources API first
+(it knows once it has recorded the assignment, e.g. on a retried call) and otherwise taken as
+the oldest Pod bound to this node that requests exactly that many of the resource and holds
+none yet — the reference operator's rule. Then, under one lock per node (every mode's plugin
+shares it), the pure allocator decides against every live grant on the node, the annotation is
+re-read from the API server, merged with the container's siblings and written back by a
+strategic-merge patch guarded by the Pod's ``resourceVersion``, and the container's injection
+is answered.
+
+Grants just written are kept as *reservations* until the Pod informer shows them, so the next
+``Allocate`` — which may arrive before the watch event — counts them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import grpc
+import trio
+
+from gpustack_core import contract
+from gpustack_core.allocation import (
+    AllocatedAccelerator,
+    AllocatedGroup,
+    ContainerAllocation,
+    encode_allocation,
+    merge_container,
+    parse_allocation,
+)
+from gpustack_core.allocator import (
+    TERMINATED_PHASES,
+    Grant,
+    Holding,
+    Refusal,
+    Request,
+    Rule,
+    decide,
+    live,
+)
+from gpustack_core.decoding import ContractError
+from gpustack_core.devices import AcceleratorSpec
+from gpustack_core.modes import AllocationMode
+from gpustack_core.pods import Pod, container_request, pod_from_object
+from gpustack_core.quantity import QuantityError
+from gpustack_core.resources import ResourceNames
+from gpustack_core.tokens import parse_token_id
+from gpustack_core.units import ceil_fraction
+from gpustack_devicemanager.deviceplugin.injection import Card, Injection, inject
+from gpustack_devicemanager.deviceplugin.plugin import AllocationRefusedError
+from gpustack_devicemanager.deviceplugin.state import PluginState, node_of
+from gpustack_devicemanager.kubeletapi import deviceplugin_v1beta1_pb2 as dp
+from gpustack_devicemanager.kubeletapi.api import list_pod_resources, unix_target
+from gpustack_devicemanager.podview import NodePod
+from gpustack_kube.client import KubeClient, KubeError, PatchType, retry_on_conflict
+from gpustack_kube.paths import PODS
+
+log = logging.getLogger("gpustack.devicemanager.deviceplugin")
+
+IDENTIFY_SECONDS = 5.0
+"""How long to wait for the Pod informer to show the Pod the kubelet is admitting."""
+RESERVATION_SECONDS = 120.0
+"""A reservation the informer never confirms (the Pod was deleted meanwhile) is dropped."""
+POD_RESOURCES_TIMEOUT = 2.0
+DEFAULT_CORES_PERCENTAGE = 100
+
+_STATUS = {
+    Rule.MALFORMED: grpc.StatusCode.INVALID_ARGUMENT,
+    Rule.UNKNOWN_DEVICE: grpc.StatusCode.INVALID_ARGUMENT,
+}
+"""A refusal's gRPC status; every rule not listed is ``FAILED_PRECONDITION``."""
+
+
+class Target(NamedTuple):
+    """The (Pod, container) an ``Allocate`` is for."""
+
+    pod: Pod
+    container: str
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.pod.metadata.namespace}/{self.pod.metadata.name}"
+
+
+@dataclass
+class _Reservation:
+    key: str
+    phase: str
+    allocation: dict[str, ContainerAllocation]
+    written_at: float
+
+
+@dataclass
+class Allocator:
+    """One Device Manager's allocation path, shared by all its plugin servers."""
+
+    manufacturer: str
+    node_name: str
+    names: ResourceNames
+    state: PluginState
+    client: KubeClient | None
+    pods: Callable[[], list[NodePod] | None]
+    pod_resources_socket: Path | None = None
+    identify_seconds: float = IDENTIFY_SECONDS
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    _reservations: dict[str, _Reservation] = field(default_factory=dict)
+
+    # -- holdings -------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Recompute the node's live holdings from the Pod view and the reservations."""
+        self.state.update(held=self._holdings())
+
+    def _holdings(self, *, exclude_uid: str = "") -> list[Holding]:
+        entries = self.pods() or []
+        seen: set[str] = set()
+        held: list[Holding] = []
+        now = time.monotonic()
+        for entry in entries:
+            meta = entry.pod.metadata
+            seen.add(meta.uid)
+            if meta.uid == exclude_uid:
+                continue
+            key = f"{meta.namespace}/{meta.name}"
+            terminated = entry.pod.status.phase in TERMINATED_PHASES
+            from_pod = [
+                Holding(key, g.container, g.manufacturer, g.accelerator, terminated)
+                for g in entry.grants
+            ]
+            reserved = self._reservations.get(meta.uid)
+            if reserved is not None:
+                mine = _flatten(key, reserved.allocation, terminated)
+                if set(mine) <= set(from_pod):
+                    del self._reservations[meta.uid]  # the informer has caught up
+                else:
+                    from_pod = mine
+            held.extend(from_pod)
+        for uid, reserved in list(self._reservations.items()):
+            if uid in seen or uid == exclude_uid:
+                continue
+            if now - reserved.written_at > RESERVATION_SECONDS:
+                del self._reservations[uid]
+                continue
+            held.extend(_flatten(reserved.key, reserved.allocation, False))
+        return live(held, self.manufacturer)
+
+    # -- identification -------------------------------------------------------------------
+
+    def _resource(self, mode: AllocationMode) -> str:
+        return self.names.plugin_resource(mode)
+
+    async def _kubelet_assignments(self) -> dict[tuple[str, str, str], dict[str, set[str]]]:
+        """PodResources: (namespace, pod, container) → resource → device IDs; ``{}`` if none."""
+        socket = self.pod_resources_socket
+        if socket is None or not socket.exists():
+            return {}
+
+        def call() -> dict[tuple[str, str, str], dict[str, set[str]]]:
+            with grpc.insecure_channel(unix_target(socket)) as channel:
+                listed = list_pod_resources(channel, POD_RESOURCES_TIMEOUT)
+            answer: dict[tuple[str, str, str], dict[str, set[str]]] = {}
+            for pod in listed.pod_resources:
+                for container in pod.containers:
+                    devices = answer.setdefault((pod.namespace, pod.name, container.name), {})
+                    for assigned in container.devices:
+                        devices.setdefault(assigned.resource_name, set()).update(
+                            assigned.device_ids
+                        )
+            return answer
+
+        try:
+            return await trio.to_thread.run_sync(call)
+        except grpc.RpcError as exc:
+            log.info("PodResources unavailable at %s: %s", socket, exc)
+            return {}
+
+    async def identify(
+        self, mode: AllocationMode, ids: Sequence[str], taken: set[tuple[str, str]]
+    ) -> Target | None:
+        """The (Pod, container) these IDs are for, or ``None`` when nothing fits in time."""
+        resource = self._resource(mode)
+        deadline = trio.current_time() + self.identify_seconds
+        while True:
+            assigned = await self._kubelet_assignments()
+            entries = {e.pod.metadata.uid: e for e in self.pods() or []}
+            by_name = {(e.pod.metadata.namespace, e.pod.metadata.name): e for e in entries.values()}
+            for (namespace, name, container), devices in assigned.items():
+                entry = by_name.get((namespace, name))
+                if entry is not None and devices.get(resource) == set(ids):
+                    return Target(entry.pod, container)
+            pending = self._pending(mode, len(ids), entries.values(), assigned, taken)
+            if pending is not None:
+                return pending
+            if trio.current_time() >= deadline:
+                return None
+            await trio.sleep(0.1)
+
+    def _pending(
+        self,
+        mode: AllocationMode,
+        count: int,
+        entries: Iterable[NodePod],
+        assigned: dict[tuple[str, str, str], dict[str, set[str]]],
+        taken: set[tuple[str, str]],
+    ) -> Target | None:
+        resource = self._resource(mode)
+        candidates: list[tuple[Any, str, int, Target]] = []
+        for entry in entries:
+            pod = entry.pod
+            meta = pod.metadata
+            if pod.spec.node_name != self.node_name or meta.deletion_timestamp is not None:
+                continue
+            if pod.status.phase not in {"", "Pending"}:
+                continue
+            allocation = self._allocation_of(entry)
+            order = (*pod.spec.init_containers, *pod.spec.containers)
+            for position, container in enumerate(order):
+                if (meta.uid, container.name) in taken:
+                    continue
+                if assigned.get((meta.namespace, meta.name, container.name), {}).get(resource):
+                    continue
+                if _holds(allocation.get(container.name), self.manufacturer, mode):
+                    continue
+                try:
+                    asked = container_request(pod, container.name, resource)
+                except ContractError:
+                    continue
+                if asked is not None and asked == count:
+                    candidates.append(
+                        (meta.creation_timestamp, meta.name, position, Target(pod, container.name))
+                    )
+                    break
+        if not candidates:
+            return None
+        return min(candidates, key=lambda c: (c[0], c[1], c[2]))[3]
+
+    def _allocation_of(self, entry: NodePod) -> dict[str, ContainerAllocation]:
+        reserved = self._reservations.get(entry.pod.metadata.uid)
+        if reserved is not None:
+            return reserved.allocation
+        text = entry.pod.metadata.annotations.get(contract.ALLOCATION_ANNOTATION)
+        if text is None:
+            return {}
+        try:
+            return parse_allocation(text)
+        except ContractError:
+            return {}
+
+    # -- the call -------------------------------------------------------------------------
+
+    async def allocate(
+        self, mode: AllocationMode, request: dp.AllocateRequest
+    ) -> dp.AllocateResponse:
+        """Answer one ``Allocate``; raises :class:`AllocationRefusedError` naming the rule."""
+        response = dp.AllocateResponse()
+        taken: set[tuple[str, str]] = set()
+        for ask in request.container_requests:
+            ids = tuple(ask.devices_ids)
+            target = await self.identify(mode, ids, taken) if self.pods() is not None else None
+            if target is None and self.client is not None:
+                raise AllocationRefusedError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"no Pod on node {self.node_name} awaits {len(ids)} "
+                    f"{self._resource(mode)} (device IDs {', '.join(ids)})",
+                )
+            if target is not None:
+                taken.add((target.pod.metadata.uid, target.container))
+            async with self.lock:
+                injection = await self._grant(mode, ids, target)
+            container = response.container_responses.add()
+            container.envs.update(injection.envs)
+            container.annotations.update(injection.annotations)
+            for node in injection.devices:
+                container.devices.add(
+                    container_path=node.path, host_path=node.path, permissions=node.permissions
+                )
+        return response
+
+    async def _grant(
+        self, mode: AllocationMode, ids: tuple[str, ...], target: Target | None
+    ) -> Injection:
+        group_id = _group_of(ids)
+        inventory, _, _ = self.state.read()
+        group = inventory.group(group_id)
+        if group is None:
+            raise AllocationRefusedError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"device IDs {', '.join(ids)} name no {self.manufacturer} group on this node",
+            )
+        if target is None or self.client is None:
+            current: dict[str, ContainerAllocation] = {}
+            pod_obj: dict[str, Any] | None = None
+        else:
+            pod_obj = await self.client.get(
+                PODS.path(target.pod.metadata.namespace, target.pod.metadata.name)
+            )
+            target = Target(pod_from_object(pod_obj), target.container)
+            current = _annotation(pod_obj)
+        uid = target.pod.metadata.uid if target is not None else ""
+        others = self._holdings(exclude_uid=uid)
+        if target is not None:
+            mine = [
+                h
+                for h in _flatten(target.key, current, target.pod.status.phase in TERMINATED_PHASES)
+                if not (h.container == target.container and h.accelerator.mode is mode)
+            ]
+            others.extend(live(mine, self.manufacturer))
+        node = node_of(inventory, others, group)
+        answer = decide(node, self._request(mode, ids, target, current, group_id))
+        if isinstance(answer, Refusal):
+            raise AllocationRefusedError(
+                _STATUS.get(answer.rule, grpc.StatusCode.FAILED_PRECONDITION), answer.message
+            )
+        if target is not None and pod_obj is not None:
+            await self._record(target, mode, group_id, answer, pod_obj)
+            self.refresh()
+        return self._inject(mode, answer, group_id, target)
+
+    def _request(
+        self,
+        mode: AllocationMode,
+        ids: tuple[str, ...],
+        target: Target | None,
+        current: dict[str, ContainerAllocation],
+        group_id: str,
+    ) -> Request:
+        units: int | None = None
+        profile: str | None = None
+        siblings: tuple[AllocatedAccelerator, ...] = ()
+        if target is not None:
+            if mode is AllocationMode.SLICED:
+                units = self._quantity(target, self.names.sliced_units)
+            elif mode is AllocationMode.PARTITIONED:
+                units = self._quantity(target, self.names.partitioned_units)
+                profile = self._profile(target)
+            elif mode is AllocationMode.VISIBILITY:
+                siblings = tuple(
+                    a
+                    for name, entry in current.items()
+                    if name != target.container
+                    for g in entry.devices.groups
+                    if g.manufacturer == self.manufacturer and g.id in {"", group_id}
+                    for a in g.accelerators
+                )
+        return Request(mode, ids, units=units, profile=profile, siblings=siblings)
+
+    def _quantity(self, target: Target, resource: str) -> int | None:
+        try:
+            value = container_request(target.pod, target.container, resource)
+        except (ContractError, QuantityError) as exc:
+            log.warning("%s: %s", target.key, exc)
+            return None
+        return ceil_fraction(value) if isinstance(value, Fraction) else None
+
+    def _profile(self, target: Target) -> str | None:
+        prefix = self.names.partitioned_profile_prefix
+        for container in (*target.pod.spec.init_containers, *target.pod.spec.containers):
+            if container.name != target.container:
+                continue
+            for key in (*container.resources.limits, *container.resources.requests):
+                if key.startswith(prefix) and key != self.names.partitioned_units:
+                    _, _, profile = key[len(prefix) :].partition("-")
+                    if profile:
+                        return profile
+        return None
+
+    async def _record(
+        self,
+        target: Target,
+        mode: AllocationMode,
+        group_id: str,
+        grant: Grant,
+        obj: dict[str, Any],
+    ) -> None:
+        """Merge the grant into the Pod's annotation and write it, re-reading on conflict.
+
+        The patch carries the ``resourceVersion`` the merge was based on, so a concurrent
+        writer (another manufacturer's Device Manager on the same Pod) makes it a ``Conflict``
+        and the merge is redone on a fresh read instead of overwriting that writer's entry.
+        """
+        client = self.client
+        if client is None:
+            return
+        path = PODS.path(target.pod.metadata.namespace, target.pod.metadata.name)
+        group = AllocatedGroup(
+            id=group_id, manufacturer=self.manufacturer, accelerators=grant.accelerators
+        )
+        based_on: list[dict[str, Any]] = [obj]
+
+        async def write() -> dict[str, ContainerAllocation]:
+            current_obj = based_on.pop() if based_on else await client.get(path)
+            merged = merge_container(
+                _annotation(current_obj), target.container, group, mode, grant.device_ids
+            )
+            metadata: dict[str, Any] = {
+                "annotations": {contract.ALLOCATION_ANNOTATION: encode_allocation(merged)}
+            }
+            version = current_obj.get("metadata", {}).get("resourceVersion")
+            if version:
+                metadata["resourceVersion"] = version
+            await client.patch(path, {"metadata": metadata}, PatchType.STRATEGIC)
+            return merged
+
+        try:
+            merged = await retry_on_conflict(write)
+        except KubeError as exc:
+            raise AllocationRefusedError(
+                grpc.StatusCode.UNAVAILABLE,
+                f"could not record the allocation on Pod {target.key}: {exc}",
+            ) from exc
+        self._reservations[target.pod.metadata.uid] = _Reservation(
+            target.key, target.pod.status.phase, merged, time.monotonic()
+        )
+        log.info(
+            "allocated %s %s to %s container %r: %s",
+            mode.api_name,
+            ", ".join(grant.device_ids),
+            target.key,
+            target.container,
+            ", ".join(a.allocated_physical_id or a.id for a in grant.accelerators) or "no card",
+        )
+
+    def _inject(
+        self, mode: AllocationMode, grant: Grant, group_id: str, target: Target | None
+    ) -> Injection:
+        inventory, _, _ = self.state.read()
+        group = inventory.group(group_id)
+        specs = {c.id: c for c in group.accelerators} if group is not None else {}
+        cards = [
+            Card(
+                id=a.id,
+                index=a.index,
+                pci_bus_id=_pci_bus_id(specs.get(a.id)),
+                partition_id=a.allocated_physical_id,
+            )
+            for a in grant.accelerators
+        ]
+        cores: int | None = None
+        if mode is AllocationMode.SLICED:
+            cores = DEFAULT_CORES_PERCENTAGE
+            if target is not None:
+                asked = self._quantity(target, self.names.sliced_cores_percentage)
+                cores = asked if asked is not None else DEFAULT_CORES_PERCENTAGE
+        return inject(
+            self.manufacturer,
+            mode,
+            cards,
+            grant.accelerators,
+            card_mib=group.memory if group is not None else 0,
+            cores_percentage=cores,
+        )
+
+
+def _pci_bus_id(card: AcceleratorSpec | None) -> str:
+    return card.topology.pci_bus_id if card is not None and card.topology is not None else ""
+
+
+def _group_of(ids: Sequence[str]) -> str:
+    groups = set()
+    for text in ids:
+        try:
+            groups.add(parse_token_id(text).group)
+        except ValueError as exc:
+            raise AllocationRefusedError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+    if len(groups) != 1:
+        raise AllocationRefusedError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"device IDs {', '.join(ids)} span {len(groups)} groups; one request is one group",
+        )
+    return groups.pop()
+
+
+def _annotation(obj: dict[str, Any]) -> dict[str, ContainerAllocation]:
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    text = annotations.get(contract.ALLOCATION_ANNOTATION)
+    if not isinstance(text, str):
+        return {}
+    try:
+        return parse_allocation(text)
+    except ContractError as exc:
+        log.warning("replacing a malformed allocation annotation: %s", exc)
+        return {}
+
+
+def _flatten(
+    key: str, allocation: dict[str, ContainerAllocation], terminated: bool
+) -> list[Holding]:
+    return [
+        Holding(key, container, group.manufacturer, accelerator, terminated)
+        for container in sorted(allocation)
+        for group in allocation[container].devices.groups
+        for accelerator in group.accelerators
+    ]
+
+
+def _holds(entry: ContainerAllocation | None, manufacturer: str, mode: AllocationMode) -> bool:
+    if entry is None:
+        return False
+    return any(
+        a.mode is mode
+        for g in entry.devices.groups
+        if g.manufacturer == manufacturer
+        for a in g.accelerators
+    )

@@ -1,0 +1,447 @@
+"""The Device Manager's device plugins over real gRPC on unix sockets, against a fake kubelet.
+
+The plugins register with the fake kubelet, stream their tokens' health, and allocate for
+Pods held by the cluster stand-in (real HTTPS, the real kube client): the annotation is read
+back from the API server, the injection from the ``Allocate`` answer.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import trio
+from fakekubelet import FakeKubelet
+
+from gpustack_core import contract
+from gpustack_core.allocation import parse_allocation
+from gpustack_core.allocator import Partition
+from gpustack_core.devices import (
+    AcceleratorSpec,
+    AcceleratorStatus,
+    GroupSpec,
+    LogicalSliced,
+    PhysicalProfile,
+    PhysicalSliced,
+    Topology,
+)
+from gpustack_core.resources import ResourceNames
+from gpustack_devicemanager.deviceplugin.allocate import Allocator
+from gpustack_devicemanager.deviceplugin.manager import (
+    DevicePlugins,
+    PluginOptions,
+    follow_pods,
+    run_device_plugins,
+)
+from gpustack_devicemanager.deviceplugin.state import Inventory, PluginState
+from gpustack_devicemanager.podview import NodePod, node_pod
+from gpustack_kube.client import KubeClient
+from gpustack_kube.config import KubeConfig, load_config
+from gpustack_kube.informer import Informer
+from gpustack_kube.paths import PODS
+from gpustack_simulator.cluster.server import RunningCluster
+from gpustack_simulator.cluster.state import POD
+from gpustack_simulator.testing import cluster_standin
+
+NODE = "plugin-node"
+NAMESPACE = "team-p"
+H100_MIB = 81_559
+
+
+def nvidia() -> Inventory:
+    def card(index: int, partitions: int) -> AcceleratorSpec:
+        return AcceleratorSpec(
+            id=f"GPU-{index}",
+            index=index,
+            topology=Topology(pci_bus_id=f"0000:0{index}:00.0"),
+            status=AcceleratorStatus(
+                logical_sliced=LogicalSliced(count=4),
+                physical_sliced=PhysicalSliced(
+                    profiles=(PhysicalProfile(name="1g.10gb", memory_mib=9856, count=partitions),),
+                    count=partitions,
+                )
+                if partitions
+                else None,
+            ),
+        )
+
+    group = GroupSpec(
+        id="h100", manufacturer="nvidia", memory=H100_MIB, accelerators=(card(0, 0), card(1, 2))
+    )
+    return Inventory(
+        groups=(group,),
+        partitions=(
+            Partition("MIG-aaaa", "GPU-1", "1g.10gb"),
+            Partition("MIG-bbbb", "GPU-1", "1g.10gb"),
+        ),
+    )
+
+
+def amd() -> Inventory:
+    group = GroupSpec(
+        id="rx7800xt",
+        manufacturer="amd",
+        memory=16_368,
+        accelerators=(AcceleratorSpec(id="0000:03:00.0", index=0),),
+    )
+    return Inventory(groups=(group,))
+
+
+@dataclass
+class Stack:
+    kubelet: FakeKubelet
+    plugins: DevicePlugins
+    client: KubeClient
+    cluster: RunningCluster
+    names: ResourceNames
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Kubelet calls block (they cross into this very trio loop): run them on a thread."""
+        return await trio.to_thread.run_sync(fn, *args)
+
+    async def annotation(self, name: str) -> dict[str, Any]:
+        pod = await self.client.get(PODS.path(NAMESPACE, name))
+        text = pod["metadata"].get("annotations", {}).get(contract.ALLOCATION_ANNOTATION)
+        assert text is not None, f"Pod {name} carries no allocation annotation"
+        parse_allocation(text)  # the reader accepts what the writer wrote
+        decoded: dict[str, Any] = json.loads(text)
+        return decoded
+
+    def add_pod(self, name: str, containers: dict[str, dict[str, str]], age: int = 0) -> None:
+        """A Pod bound to the node, not started: what the kubelet is admitting."""
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": NAMESPACE,
+                "uid": f"uid-{name}",
+                "creationTimestamp": f"2026-11-29T09:{age:02d}:00Z",
+                "resourceVersion": "1",
+            },
+            "spec": {
+                "nodeName": NODE,
+                "containers": [
+                    {"name": c, "resources": {"limits": limits, "requests": limits}}
+                    for c, limits in containers.items()
+                ],
+            },
+            "status": {"phase": "Pending"},
+        }
+        self.cluster.state.store.put(POD, pod)
+        self.cluster.state.pods_changed()
+
+
+def admin(cluster: RunningCluster) -> KubeConfig:
+    # The stand-in's device-manager role grants no Pod patch yet; the chart's must (see docs).
+    loaded = load_config(cluster.kubeconfig, context="admin", environ={})
+    assert loaded is not None
+    return loaded
+
+
+@asynccontextmanager
+async def stack(tmp_path: Path, manufacturer: str, inventory: Inventory) -> AsyncIterator[Stack]:
+    # Unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer.
+    short = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))
+    kubelet = FakeKubelet(short / "device-plugins", short / "pod-resources")
+    kubelet.start()
+    names = ResourceNames.of(manufacturer)
+    try:
+        async with (
+            cluster_standin("nvidia-mixed", tmp_path) as cluster,
+            KubeClient(admin(cluster)) as client,
+            trio.open_nursery() as nursery,
+        ):
+            informer: Informer[NodePod] = Informer(
+                client, PODS.path(), decode=node_pod, field_selector=f"spec.nodeName={NODE}"
+            )
+            await nursery.start(informer.run)
+            allocator = Allocator(
+                manufacturer,
+                NODE,
+                names,
+                PluginState(inventory),
+                client,
+                lambda: informer.objects() if informer.synced else None,
+                pod_resources_socket=kubelet.pod_resources_socket,
+                identify_seconds=1.0,
+            )
+            nursery.start_soon(follow_pods, informer.wait_changed, allocator)
+            options = PluginOptions(
+                kubelet_socket=kubelet.socket,
+                pod_resources_socket=kubelet.pod_resources_socket,
+                watch_period=0.1,
+            )
+            plugins = await nursery.start(run_device_plugins, options, allocator)
+            yield Stack(kubelet, plugins, client, cluster, names)
+            nursery.cancel_scope.cancel()
+    finally:
+        await trio.to_thread.run_sync(kubelet.stop)
+        shutil.rmtree(short, ignore_errors=True)
+
+
+async def wait_for(stack_: Stack, predicate: Callable[[], bool]) -> None:
+    await trio.to_thread.run_sync(stack_.kubelet.wait, predicate)
+
+
+ALL_NVIDIA = {
+    "nvidia.com/gpu",
+    "nvidia.com/gpu.shared",
+    "nvidia.com/gpu.sliced",
+    "nvidia.com/gpu.partitioned",
+    "device.gpustack.ai/nvidia.visibility",
+}
+
+
+async def test_registers_every_mode_and_again_after_a_kubelet_restart(tmp_path: Path) -> None:
+    async with stack(tmp_path, "nvidia", nvidia()) as s:
+        kubelet = s.kubelet
+        await wait_for(s, lambda: set(kubelet.plugins) == ALL_NVIDIA)
+        first = {r.resource_name: r for r in kubelet.registrations}
+        assert {r.version for r in first.values()} == {"v1beta1"}
+        assert first["nvidia.com/gpu.sliced"].endpoint == "gpustack-nvidia-sliced.sock"
+        preferring = {n for n, r in first.items() if r.options.get_preferred_allocation_available}
+        assert preferring == {
+            "nvidia.com/gpu.shared",
+            "nvidia.com/gpu.partitioned",
+            "device.gpustack.ai/nvidia.visibility",
+        }
+        await wait_for(s, lambda: len(kubelet.devices("nvidia.com/gpu")) == 2)
+        assert kubelet.devices("nvidia.com/gpu") == {
+            "h100:GPU-0:0000": "Healthy",
+            "h100:GPU-1:0000": "Healthy",
+        }
+        assert len(kubelet.devices("nvidia.com/gpu.shared")) == 20
+        assert len(kubelet.devices("nvidia.com/gpu.sliced")) == 8
+        assert sorted(kubelet.devices("nvidia.com/gpu.partitioned")) == [
+            "h100:GPU-1:0000",
+            "h100:GPU-1:0001",
+        ]
+
+        await s.call(kubelet.restart)
+        await wait_for(s, lambda: len(kubelet.registrations) == 10)
+        await wait_for(s, lambda: len(kubelet.devices("nvidia.com/gpu")) == 2)
+        assert set(kubelet.plugins) == ALL_NVIDIA
+        with trio.fail_after(5):
+            while s.plugins.registrations < 10:  # counted once the kubelet's answer is back
+                await trio.sleep(0.05)
+        assert s.plugins.registrations == 10
+
+
+async def test_sliced_allocation_is_annotated_injected_and_turns_the_card_unhealthy(
+    tmp_path: Path,
+) -> None:
+    async with stack(tmp_path, "nvidia", nvidia()) as s:
+        kubelet = s.kubelet
+        await wait_for(s, lambda: len(kubelet.devices("nvidia.com/gpu")) == 2)
+        s.add_pod(
+            "slice",
+            {
+                "main": {
+                    "nvidia.com/gpu.sliced": "1",
+                    "nvidia.com/gpu.sliced.units": "400000",
+                    "nvidia.com/gpu.sliced.cores-percentage": "50",
+                },
+                "sshd": {"device.gpustack.ai/nvidia.visibility": "1"},
+            },
+        )
+        answer = await s.call(
+            kubelet.allocate,
+            "nvidia.com/gpu.sliced",
+            ["h100:GPU-0:0002"],
+            (NAMESPACE, "slice"),
+            "main",
+        )
+        assert dict(answer.envs) == {
+            "NVIDIA_VISIBLE_DEVICES": "GPU-0",
+            "CUDA_DEVICE_MEMORY_LIMIT_0": f"{400_000 * H100_MIB // 1_600_000}m",
+            "CUDA_DEVICE_SM_LIMIT": "50",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "LIBCUDA_LOG_LEVEL": "0",
+        }
+        assert list(answer.devices) == []
+
+        sidecar = await s.call(
+            kubelet.allocate,
+            "device.gpustack.ai/nvidia.visibility",
+            ["h100:GPU-1:0100"],
+            (NAMESPACE, "slice"),
+            "sshd",
+        )
+        assert dict(sidecar.envs) == {"NVIDIA_VISIBLE_DEVICES": "GPU-0"}
+
+        assert await s.annotation("slice") == {
+            "main": {
+                "devices": {
+                    "groups": [
+                        {
+                            "id": "h100",
+                            "manufacturer": "nvidia",
+                            "accelerators": [{"id": "GPU-0", "mode": 3, "allocated": 400_000}],
+                        }
+                    ]
+                },
+                "deviceIDs": ["h100:GPU-0:0002"],
+            },
+            "sshd": {
+                "devices": {
+                    "groups": [
+                        {
+                            "id": "h100",
+                            "manufacturer": "nvidia",
+                            "accelerators": [{"id": "GPU-0", "mode": 5}],
+                        }
+                    ]
+                },
+                "deviceIDs": ["h100:GPU-1:0100"],
+            },
+        }
+
+        # Another mode's tokens of GPU-0 turn Unhealthy on the kubelet's open streams.
+        await wait_for(
+            s, lambda: kubelet.devices("nvidia.com/gpu")["h100:GPU-0:0000"] == "Unhealthy"
+        )
+        assert kubelet.devices("nvidia.com/gpu")["h100:GPU-1:0000"] == "Healthy"
+        shared = kubelet.devices("nvidia.com/gpu.shared")
+        assert {h for i, h in shared.items() if ":GPU-0:" in i} == {"Unhealthy"}
+        assert {h for i, h in kubelet.devices("nvidia.com/gpu.sliced").items()} == {"Healthy"}
+
+        # An Exclusive ask for the sliced card is refused, naming the holder.
+        s.add_pod("whole", {"main": {"nvidia.com/gpu": "1"}}, age=1)
+        with pytest.raises(grpc.RpcError) as refused:
+            await s.call(
+                kubelet.allocate,
+                "nvidia.com/gpu",
+                ["h100:GPU-0:0000"],
+                (NAMESPACE, "whole"),
+                "main",
+            )
+        assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert refused.value.details() == (
+            "card GPU-0 (index 0) is held Sliced by team-p/slice container 'main'; "
+            "refusing Exclusive"
+        )
+
+
+async def test_partitioned_allocation_records_the_partition_and_selects_it(
+    tmp_path: Path,
+) -> None:
+    async with stack(tmp_path, "nvidia", nvidia()) as s:
+        kubelet = s.kubelet
+        await wait_for(s, lambda: len(kubelet.devices("nvidia.com/gpu.partitioned")) == 2)
+        s.add_pod(
+            "mig",
+            {
+                "main": {
+                    "nvidia.com/gpu.partitioned": "1",
+                    "nvidia.com/gpu.partitioned.mig-1g.10gb": "1",
+                    "nvidia.com/gpu.partitioned.units": "197120",
+                }
+            },
+        )
+        preferred = await s.call(
+            kubelet.preferred,
+            "nvidia.com/gpu.partitioned",
+            ["h100:GPU-1:0001", "h100:GPU-1:0000"],
+            1,
+        )
+        assert preferred == ["h100:GPU-1:0000"]
+        answer = await s.call(
+            kubelet.allocate,
+            "nvidia.com/gpu.partitioned",
+            preferred,
+            (NAMESPACE, "mig"),
+            "main",
+        )
+        assert dict(answer.envs) == {"NVIDIA_VISIBLE_DEVICES": "MIG-aaaa"}
+        entry = (await s.annotation("mig"))["main"]["devices"]["groups"][0]["accelerators"][0]
+        assert entry == {
+            "id": "GPU-1",
+            "index": 1,
+            "mode": 4,
+            "allocated": 197_120,
+            "allocatedPhysicalProfile": "1g.10gb",
+            "allocatedPhysicalID": "MIG-aaaa",
+        }
+        # The PodResources path: a retried Allocate for the same IDs finds the same container.
+        again = await s.call(
+            kubelet.allocate,
+            "nvidia.com/gpu.partitioned",
+            preferred,
+            (NAMESPACE, "mig"),
+            "main",
+        )
+        assert dict(again.envs) == {"NVIDIA_VISIBLE_DEVICES": "MIG-aaaa"}
+
+
+async def test_amd_exclusive_mounts_the_device_nodes(tmp_path: Path) -> None:
+    async with stack(tmp_path, "amd", amd()) as s:
+        kubelet = s.kubelet
+        await wait_for(s, lambda: len(kubelet.devices("amd.com/gpu")) == 1)
+        assert "amd.com/gpu.sliced" not in kubelet.plugins, "no AMD slice count is stated"
+        s.add_pod("rocm", {"main": {"amd.com/gpu": "1"}})
+        answer = await s.call(
+            kubelet.allocate,
+            "amd.com/gpu",
+            ["rx7800xt:0000:03:00.0:0000"],
+            (NAMESPACE, "rocm"),
+            "main",
+        )
+        assert dict(answer.envs) == {"AMD_VISIBLE_DEVICES": "none"}
+        assert [(d.container_path, d.host_path, d.permissions) for d in answer.devices] == [
+            ("/dev/kfd", "/dev/kfd", "rw"),
+            ("/dev/dri/card0", "/dev/dri/card0", "rw"),
+            ("/dev/dri/renderD128", "/dev/dri/renderD128", "rw"),
+        ]
+        groups = (await s.annotation("rocm"))["main"]["devices"]["groups"]
+        assert groups == [
+            {
+                "id": "rx7800xt",
+                "manufacturer": "amd",
+                "accelerators": [{"id": "0000:03:00.0", "mode": 1, "allocated": 1_600_000}],
+            }
+        ]
+
+
+async def test_foreign_ids_and_unknown_pods_are_refused(tmp_path: Path) -> None:
+    async with stack(tmp_path, "nvidia", nvidia()) as s:
+        kubelet = s.kubelet
+        await wait_for(s, lambda: len(kubelet.devices("nvidia.com/gpu")) == 2)
+        s.add_pod("foreign", {"main": {"nvidia.com/gpu": "1"}})
+        with pytest.raises(grpc.RpcError) as foreign:
+            await s.call(
+                kubelet.allocate,
+                "nvidia.com/gpu",
+                ["a10g:GPU-9:0000"],
+                (NAMESPACE, "foreign"),
+                "main",
+            )
+        assert foreign.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert (
+            foreign.value.details()
+            == "device IDs a10g:GPU-9:0000 name no nvidia group on this node"
+        )
+
+        with pytest.raises(grpc.RpcError) as nobody:
+            await s.call(
+                kubelet.allocate,
+                "nvidia.com/gpu.shared",
+                ["h100:GPU-0:0001", "h100:GPU-1:0001"],
+                (NAMESPACE, "nobody"),
+                "main",
+            )
+        assert nobody.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert nobody.value.details() == (
+            "no Pod on node plugin-node awaits 2 nvidia.com/gpu.shared "
+            "(device IDs h100:GPU-0:0001, h100:GPU-1:0001)"
+        )
+        pod = await s.client.get(PODS.path(NAMESPACE, "foreign"))
+        assert contract.ALLOCATION_ANNOTATION not in pod["metadata"].get("annotations", {})
