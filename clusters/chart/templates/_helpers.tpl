@@ -47,11 +47,59 @@ under deviceManager.manufacturers plus those given a simulate.<m>.recording.
 {{- $found | uniq | sortAlpha | toJson }}
 {{- end }}
 
-{{/* The worker's serving-certificate Secret, or "" for the self-signed default. */}}
+{{/*
+The worker's serving-certificate Secret, or "" for the self-signed default. With the admission
+webhook enabled and neither a Secret nor cert-manager given, the chart issues one itself
+(gpustack-operator.generatedTLS): kube-apiserver calls webhooks only over a verified
+certificate, so the per-start self-signed one cannot serve them.
+*/}}
 {{- define "gpustack-operator.workerTLSSecret" -}}
 {{- if .Values.worker.tls.secretName }}
 {{- .Values.worker.tls.secretName }}
 {{- else if .Values.worker.tls.certManager.enabled }}
 {{- include "gpustack-operator.worker" . }}-tls
+{{- else if include "gpustack-operator.generatesTLS" . }}
+{{- include "gpustack-operator.worker" . }}-generated-tls
+{{- end }}
+{{- end }}
+
+{{/* Whether the chart issues the worker's certificate itself (see workerTLSSecret). */}}
+{{- define "gpustack-operator.generatesTLS" -}}
+{{- $tls := .Values.worker.tls }}
+{{- if and .Values.worker.admissionWebhook.enabled (not $tls.secretName) (not $tls.caBundle) (not $tls.certManager.enabled) }}true{{ end }}
+{{- end }}
+
+{{/*
+The chart-issued CA and serving certificate, as JSON {"ca", "crt", "key"} (each base64 PEM).
+An existing Secret of that name is reused (lookup), so an upgrade keeps the certificate and
+the caBundle that verifies it; without one (install, or `helm template`) a CA valid 10 years
+is generated. Generated once per render and remembered in .Values, so the Secret, the webhook
+configurations and the APIService carry the same CA whichever template renders first.
+*/}}
+{{- define "gpustack-operator.generatedTLS" -}}
+{{- if not (hasKey .Values "__gpustackGeneratedTLS") }}
+{{- $name := printf "%s-generated-tls" (include "gpustack-operator.worker" .) }}
+{{- $found := lookup "v1" "Secret" .Release.Namespace $name }}
+{{- $tls := dict }}
+{{- if and $found $found.data (index $found.data "ca.crt") (index $found.data "tls.crt") (index $found.data "tls.key") }}
+{{- $tls = dict "ca" (index $found.data "ca.crt") "crt" (index $found.data "tls.crt") "key" (index $found.data "tls.key") }}
+{{- else }}
+{{- $service := include "gpustack-operator.worker" . }}
+{{- $names := list (printf "%s.%s.svc" $service .Release.Namespace) (printf "%s.%s.svc.cluster.local" $service .Release.Namespace) (printf "%s.%s" $service .Release.Namespace) }}
+{{- $ca := genCA (printf "%s-ca" $service) 3650 }}
+{{- $cert := genSignedCert (printf "%s.%s.svc" $service .Release.Namespace) nil $names 3650 $ca }}
+{{- $tls = dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) }}
+{{- end }}
+{{- $_ := set .Values "__gpustackGeneratedTLS" $tls }}
+{{- end }}
+{{- index .Values "__gpustackGeneratedTLS" | toJson }}
+{{- end }}
+
+{{/* The base64 CA that verifies the worker's certificate, or "" when none is known. */}}
+{{- define "gpustack-operator.workerCABundle" -}}
+{{- if .Values.worker.tls.caBundle }}
+{{- .Values.worker.tls.caBundle }}
+{{- else if include "gpustack-operator.generatesTLS" . }}
+{{- (include "gpustack-operator.generatedTLS" . | fromJson).ca }}
 {{- end }}
 {{- end }}

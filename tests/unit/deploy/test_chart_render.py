@@ -312,7 +312,8 @@ def test_the_worker_runs_as_non_root_and_serves_behind_443() -> None:
     given = flags(c["args"])
     assert given["--secure-port"] == "31443"
     assert given["--system-namespace"] == NAMESPACE
-    assert "--cert-dir" not in given  # self-signed by default
+    # The admission webhook (on by default) needs a verifiable certificate: the chart issues it.
+    assert given["--cert-dir"] == "/etc/gpustack-operator/tls"
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert pod["spec"]["securityContext"]["runAsUser"] != 0
     assert "hostPID" not in pod["spec"]
@@ -330,8 +331,10 @@ def test_the_worker_runs_as_non_root_and_serves_behind_443() -> None:
     assert pod["spec"]["serviceAccountName"] == WORKER
 
 
-def test_the_apiservice_defaults_to_skipping_verification_of_the_self_signed_worker() -> None:
-    objects = simulation()
+def test_the_apiservice_skips_verification_of_the_self_signed_worker() -> None:
+    # Self-signed at every start only with the admission webhook off (test_chart_admission.py
+    # covers the default, a chart-issued certificate the aggregator verifies).
+    objects = render({"worker": {"admissionWebhook": {"enabled": False}}}, files=(KIND_VALUES,))
     spec = find(objects, "APIService", "v1.worker.gpustack.ai")["spec"]
     assert spec["group"] == "worker.gpustack.ai"
     assert spec["version"] == "v1"
@@ -413,12 +416,15 @@ def test_the_workers_rbac() -> None:
         ("", "pods", "get"),
         ("", "nodes/proxy", "get"),
         ("metrics.k8s.io", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
         ("worker.gpustack.ai", "instances", "get"),
         ("worker.gpustack.ai", "instances", "list"),
+        ("worker.gpustack.ai", "instances", "watch"),
     }
     listing = find(objects, "Role", f"{WORKER}:device-managers")
     assert listing["metadata"]["namespace"] == NAMESPACE
-    assert _grants(listing) == {("", "pods", "list")}
+    assert _grants(listing) == {("", "pods", "list"), ("", "pods", "watch")}
     _binds(
         find(objects, "RoleBinding", f"{WORKER}:device-managers"),
         "Role",
@@ -577,7 +583,13 @@ def test_no_object_claims_to_be_part_of_an_instance() -> None:
 
 def test_every_namespaced_object_follows_the_release_namespace() -> None:
     objects = render(files=(KIND_VALUES,), extra=("--namespace", "gpu-ops"))
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "APIService"}
+    cluster_scoped = {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "APIService",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    }
     for obj in objects:
         namespace = obj["metadata"].get("namespace")
         if obj["kind"] in cluster_scoped:

@@ -1,0 +1,161 @@
+"""The chart's Pod admission webhook: both configurations, their TLS, and their switch.
+
+kube-apiserver calls a webhook only over a certificate it verifies, so each TLS mode must
+give the configurations a CA: the chart-issued one by default (one CA across the Secret, both
+webhooks and the APIService), ``worker.tls.caBundle`` with a given Secret, or cert-manager's
+injection. The certificate itself is checked with ``cryptography``: issued by that CA, for the
+Service name kube-apiserver dials.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+from chart_helm import KIND_VALUES, NAMESPACE, find, needs_helm, of_kind, render, render_fails
+from cryptography import x509
+
+from gpustack_worker.admission import MUTATE_PATH, VALIDATE_PATH
+
+pytestmark = needs_helm
+
+WORKER = "gpustack-operator-worker"
+KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+def webhooks(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Kind → its one webhook."""
+    out = {}
+    for kind in KINDS:
+        [hook] = find(objects, kind, WORKER)["webhooks"]
+        out[kind] = hook
+    return out
+
+
+@pytest.mark.parametrize("files", [(), (KIND_VALUES,)], ids=["defaults", "kind-simulation"])
+def test_both_webhooks_select_pod_creates_outside_the_system_namespaces(
+    files: tuple[Any, ...],
+) -> None:
+    hooks = webhooks(render(files=files))
+    paths = {
+        "MutatingWebhookConfiguration": MUTATE_PATH,
+        "ValidatingWebhookConfiguration": VALIDATE_PATH,
+    }
+    for kind, hook in hooks.items():
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["sideEffects"] == "None"
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["timeoutSeconds"] == 10
+        assert hook["clientConfig"]["service"] == {
+            "name": WORKER,
+            "namespace": NAMESPACE,
+            "path": paths[kind],
+            "port": 443,
+        }
+        assert hook["rules"] == [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ]
+        assert hook["namespaceSelector"] == {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": [NAMESPACE, "kube-system"],
+                }
+            ]
+        }
+    assert hooks["MutatingWebhookConfiguration"]["reinvocationPolicy"] == "IfNeeded"
+    assert hooks["MutatingWebhookConfiguration"]["name"] == "pods.mutate.worker.gpustack.ai"
+    assert hooks["ValidatingWebhookConfiguration"]["name"] == "pods.validate.worker.gpustack.ai"
+
+
+def test_another_release_namespace_is_excluded_beside_the_default_one() -> None:
+    objects = render(extra=("--namespace", "gpu-ops"))
+    for hook in webhooks(objects).values():
+        assert hook["clientConfig"]["service"]["namespace"] == "gpu-ops"
+        [expression] = hook["namespaceSelector"]["matchExpressions"]
+        assert expression["values"] == ["gpu-ops", "gpustack-system", "kube-system"]
+
+
+def test_the_default_certificate_is_issued_by_the_chart_and_one_ca_verifies_it() -> None:
+    objects = render()
+    secret = find(objects, "Secret", f"{WORKER}-generated-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    ca_b64 = secret["data"]["ca.crt"]
+    for hook in webhooks(objects).values():
+        assert hook["clientConfig"]["caBundle"] == ca_b64
+    apiservice = find(objects, "APIService", "v1.worker.gpustack.ai")["spec"]
+    assert apiservice["caBundle"] == ca_b64
+    assert "insecureSkipTLSVerify" not in apiservice
+    ca = x509.load_pem_x509_certificate(base64.b64decode(ca_b64))
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"{WORKER}.{NAMESPACE}.svc" in names.get_values_for_type(x509.DNSName)
+    deployment = find(objects, "Deployment", WORKER)
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == secret["metadata"]["name"]
+
+
+def test_a_given_secret_and_ca_bundle_serve_the_webhooks() -> None:
+    objects = render({"worker": {"tls": {"secretName": "worker-tls", "caBundle": "Q0E="}}})
+    assert of_kind(objects, "Secret") == []
+    for hook in webhooks(objects).values():
+        assert hook["clientConfig"]["caBundle"] == "Q0E="
+
+
+def test_a_given_secret_without_its_ca_is_refused() -> None:
+    stderr = render_fails({"worker": {"tls": {"secretName": "worker-tls"}}})
+    assert "worker.admissionWebhook needs a CA that verifies the worker" in stderr
+
+
+def test_cert_manager_injects_the_ca_into_both_webhooks() -> None:
+    objects = render({"worker": {"tls": {"certManager": {"enabled": True}}}})
+    assert of_kind(objects, "Secret") == []
+    for kind in KINDS:
+        configuration = find(objects, kind, WORKER)
+        assert configuration["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": f"{NAMESPACE}/{WORKER}"
+        }
+        assert "caBundle" not in configuration["webhooks"][0]["clientConfig"]
+
+
+def test_disabled_renders_no_webhook_no_issued_certificate_and_no_devices_grant() -> None:
+    objects = render({"worker": {"admissionWebhook": {"enabled": False}}})
+    for kind in KINDS:
+        assert of_kind(objects, kind) == []
+    assert of_kind(objects, "Secret") == []
+    for role in of_kind(objects, "ClusterRole"):
+        if role["metadata"]["name"].startswith(WORKER):
+            assert not any("devices" in rule["resources"] for rule in role["rules"])
+
+
+def test_failure_policy_is_a_value() -> None:
+    objects = render({"worker": {"admissionWebhook": {"failurePolicy": "Ignore"}}})
+    for hook in webhooks(objects).values():
+        assert hook["failurePolicy"] == "Ignore"
+    render_fails({"worker": {"admissionWebhook": {"failurePolicy": "Sometimes"}}})
+
+
+def test_the_worker_lists_devices_for_the_fold_and_nothing_else() -> None:
+    objects = render()
+    role = find(objects, "ClusterRole", f"{WORKER}:admission")
+    assert role["rules"] == [
+        {"apiGroups": ["worker.gpustack.ai"], "resources": ["devices"], "verbs": ["list"]}
+    ]
+    binding = find(objects, "ClusterRoleBinding", f"{WORKER}:admission")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": f"{WORKER}:admission",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": WORKER, "namespace": NAMESPACE}
+    ]
