@@ -99,6 +99,11 @@ tools-actionlint:
 # Copy the Instance CRD into the chart's crds/ (a test holds the two byte-identical).
 chart-crds:
     cp clusters/crds/instances.worker.gpustack.ai.yaml clusters/chart/crds/
+    cp clusters/crds/devices.worker.gpustack.ai.yaml clusters/chart/crds/
+
+# Regenerate the Instance CRD's schema (and its chart copy) from gpustack_core.instance.
+instance-crd: setup
+    uv run --frozen --no-sync python clusters/instance_crd.py --write
 
 # Regenerate the values reference in docs/deploy.md from the chart's schema and values.yaml.
 chart-docs: setup

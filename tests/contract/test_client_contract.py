@@ -97,7 +97,7 @@ async def test_status_subresource_and_generation(target: Target) -> None:
         "kind": "Instance",
         "metadata": {"name": "i"},
         "spec": {"image": "busybox"},
-        "status": {"phase": "Running"},
+        "status": {"phase": "Ready"},
     }
     try:
         made = await c.create(path, body)
@@ -105,14 +105,14 @@ async def test_status_subresource_and_generation(target: Target) -> None:
         pytest.fail(f"the Instance CRD refused a minimal spec: {exc}")
     assert "status" not in made  # status on create is dropped with a status subresource
     assert made["metadata"]["generation"] == 1
-    with_status = await c.patch(f"{path}/i/status", {"status": {"phase": "Pending"}})
-    assert with_status["status"] == {"phase": "Pending"}
+    with_status = await c.patch(f"{path}/i/status", {"status": {"phase": "Starting"}})
+    assert with_status["status"] == {"phase": "Starting"}
     assert with_status["metadata"]["generation"] == 1  # status is not spec
     relabelled = await c.patch(f"{path}/i", {"metadata": {"labels": {"a": "b"}}})
     assert relabelled["metadata"]["generation"] == 1
-    changed = await c.patch(f"{path}/i", {"spec": {"image": "nginx"}, "status": {"phase": "X"}})
+    changed = await c.patch(f"{path}/i", {"spec": {"image": "nginx"}, "status": {"phase": "Ready"}})
     assert changed["metadata"]["generation"] == 2
-    assert changed["status"] == {"phase": "Pending"}  # the main resource ignores status
+    assert changed["status"] == {"phase": "Starting"}  # the main resource ignores status
 
 
 async def test_finalizers_hold_a_delete_until_removed(target: Target) -> None:

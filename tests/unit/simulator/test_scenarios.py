@@ -193,7 +193,7 @@ def test_instance_pods_belong_to_their_instances(name: str) -> None:
     for instance in ex.instances:
         meta = instance["metadata"]
         assert instance["apiVersion"] == "worker.gpustack.ai/v1alpha1"
-        assert set(instance["spec"]["resources"]) <= {"cpu", "memory", "ephemeral-storage"}
+        assert set(instance["spec"]["resources"]) <= {"cpu", "ram", "localStorage"}  # API names
         obj = pod_named(ex, meta["namespace"], meta["name"])
         if obj is None:
             continue
@@ -258,8 +258,8 @@ def test_nvidia_stopped_instance_has_no_pod() -> None:
         assert "nodeName" not in instance["status"]
         assert instance["spec"]["resources"] == {
             "cpu": "2",
-            "memory": "4Gi",
-            "ephemeral-storage": "10Gi",
+            "ram": "4Gi",
+            "localStorage": "10Gi",
         }
 
 

@@ -279,7 +279,7 @@ def test_the_instance_is_the_crds_schema() -> None:
     assert set(v2["properties"]["spec"]["properties"]) == set(
         crd["properties"]["spec"]["properties"]
     )
-    cpu = v2["properties"]["spec"]["properties"]["resources"]["additionalProperties"]
+    cpu = v2["properties"]["spec"]["properties"]["resources"]["properties"]["cpu"]
     assert cpu["x-kubernetes-int-or-string"] is True
     assert "anyOf" not in cpu
     items = openapi_v2()["definitions"][INSTANCE_LIST]["properties"]["items"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-_ACRONYMS = {"mib": "MiB", "uid": "UID", "id": "ID", "ids": "IDs", "ip": "IP"}
+_ACRONYMS = {"mib": "MiB", "uid": "UID", "id": "ID", "ids": "IDs", "ip": "IP", "ips": "IPs"}
 
 
 def json_name(field: str) -> str:

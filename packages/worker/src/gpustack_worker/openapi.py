@@ -7,9 +7,10 @@ generated:
 
 * ``InstanceMetrics`` and its parts come from the msgspec structs in
   ``gpustack_core.instance_metrics``; a field added there appears here with its wire name.
-* ``Instance`` comes from :func:`instance_crd_schema`, which is also the committed CRD's
-  ``openAPIV3Schema`` (a test holds the two equal), so the proxied v1 view and the stored
-  v1alpha1 object are described by one schema.
+* ``Instance`` comes from :func:`instance_crd_schema`, generated from the structs in
+  ``gpustack_core.instance`` (which the controller decodes into), and is also the committed
+  CRD's ``openAPIV3Schema`` (a test holds the two equal), so the proxied v1 view, the stored
+  v1alpha1 object and the controller read one description.
 
 The documents are static, so each is rendered once to canonical bytes (sorted keys, no
 whitespace): the v3 index's ``hash`` and every ``ETag`` are digests of exactly what is served.
@@ -25,6 +26,8 @@ from typing import Any, Final
 
 import msgspec
 
+from gpustack_core.crdschema import structural_schema
+from gpustack_core.instance import InstanceSpec, InstanceStatus
 from gpustack_core.instance_metrics import InstanceMetrics
 from gpustack_worker.discovery import (
     GROUP,
@@ -56,231 +59,9 @@ _OP: Final = "WorkerGpustackAiV1"
 # Instance: the CRD's schema (OpenAPI v3, structural)
 # --------------------------------------------------------------------------------------------
 
-_QUANTITY_PATTERN: Final = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-
-
-def _quantity(description: str = "") -> dict[str, Any]:
-    """A ``resource.Quantity`` as controller-gen writes it: ``8``, ``"500m"`` and ``64Gi``."""
-    schema: dict[str, Any] = {
-        "anyOf": [{"type": "integer"}, {"type": "string"}],
-        "pattern": _QUANTITY_PATTERN,
-        "x-kubernetes-int-or-string": True,
-    }
-    if description:
-        schema["description"] = description
-    return schema
-
 
 def _string(description: str, **extra: Any) -> dict[str, Any]:
     return {"type": "string", "description": description, **extra}
-
-
-def _named(description: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "description": description,
-        "required": ["name"],
-        "properties": {"name": _string("The object's name, in the Instance's namespace.")},
-    }
-
-
-def _ports(description: str, *, node_port: bool) -> dict[str, Any]:
-    properties: dict[str, Any] = {
-        "name": _string("An optional name for the port."),
-        "port": {
-            "type": "integer",
-            "format": "int32",
-            "minimum": 1,
-            "maximum": 65535,
-            "description": "The container port.",
-        },
-        "protocol": _string("The port's protocol.", enum=["TCP", "UDP", "SCTP"], default="TCP"),
-    }
-    if node_port:
-        properties["nodePort"] = {
-            "type": "integer",
-            "format": "int32",
-            "minimum": 1,
-            "maximum": 65535,
-            "description": "The node port allocated for this port.",
-        }
-    return {
-        "type": "array",
-        "description": description,
-        "items": {"type": "object", "required": ["port"], "properties": properties},
-        "x-kubernetes-list-type": "map",
-        "x-kubernetes-list-map-keys": ["port", "protocol"],
-    }
-
-
-def _exactly_one(*names: str) -> list[dict[str, Any]]:
-    """``oneOf`` of ``required`` alone: structural, and enforced by the API server itself."""
-    return [{"required": [name]} for name in names]
-
-
-def _spec() -> dict[str, Any]:
-    sources = ("persistent", "configMap", "secret", "hostPath")
-    return {
-        "type": "object",
-        "description": "What the Instance runs; editable while stopped.",
-        "required": ["image"],
-        "properties": {
-            "type": _string("The InstanceType whose pool schedules the Instance."),
-            "image": _string("The workload container's image.", minLength=1),
-            "command": {
-                "type": "array",
-                "description": "The workload container's command.",
-                "items": {"type": "string"},
-            },
-            "resources": {
-                "type": "object",
-                "description": "Limits (cpu, memory, …) and accelerator requests.",
-                "additionalProperties": _quantity(),
-            },
-            "nodeName": _string("Pins the Instance to this node through a nodeSelector."),
-            "volume": {
-                "type": "object",
-                "description": "The workspace volume: exactly one source.",
-                "properties": {
-                    "ephemeral": {
-                        "type": "object",
-                        "description": "A workspace that lives as long as the Pod.",
-                        "properties": {"capacity": _quantity("The workspace's size.")},
-                    },
-                    "persistent": _named("An InstancePersistentVolume holding the workspace."),
-                },
-                "oneOf": _exactly_one("ephemeral", "persistent"),
-            },
-            "volumeMount": _string("Where the workspace is mounted.", pattern="^/"),
-            "additionalVolumes": {
-                "type": "array",
-                "description": "Further mounts into the workload container only.",
-                "items": {
-                    "type": "object",
-                    "required": ["mountPath"],
-                    "properties": {
-                        "mountPath": _string("An absolute, canonical path.", pattern="^/"),
-                        "subPath": _string("Mount only this path of the source."),
-                        "readOnly": {"type": "boolean", "description": "Mount read-only."},
-                        "persistent": _named("An InstancePersistentVolume."),
-                        "configMap": _named("A ConfigMap."),
-                        "secret": _named("A Secret."),
-                        "hostPath": {
-                            "type": "object",
-                            "description": "A path on the node; gated by a Setting.",
-                            "required": ["path"],
-                            "properties": {
-                                "path": _string("The path on the node.", pattern="^/"),
-                                "type": _string(
-                                    "What must be at the path, as a Pod's hostPath.",
-                                    enum=[
-                                        "",
-                                        "DirectoryOrCreate",
-                                        "Directory",
-                                        "FileOrCreate",
-                                        "File",
-                                        "Socket",
-                                        "CharDevice",
-                                        "BlockDevice",
-                                    ],
-                                ),
-                            },
-                        },
-                    },
-                    "oneOf": _exactly_one(*sources),
-                },
-                "x-kubernetes-list-type": "map",
-                "x-kubernetes-list-map-keys": ["mountPath"],
-            },
-            "ports": _ports(
-                "Ports reached through the Instance's NodePort Service.", node_port=False
-            ),
-            "privileged": {
-                "type": "boolean",
-                "description": "Run the workload privileged; gated by a Setting.",
-            },
-            "stop": {
-                "type": "boolean",
-                "description": "Delete the Pod but keep the Instance and its Service.",
-                "default": False,
-            },
-        },
-    }
-
-
-def _conditions() -> dict[str, Any]:
-    """``metav1.Condition``, as controller-gen renders it for every operator's CRD."""
-    return {
-        "type": "array",
-        "description": "The Instance's conditions.",
-        "items": {
-            "type": "object",
-            "required": ["lastTransitionTime", "message", "reason", "status", "type"],
-            "properties": {
-                "lastTransitionTime": _string(
-                    "When the condition last changed status.", format="date-time"
-                ),
-                "message": _string("A human-readable explanation.", maxLength=32768),
-                "observedGeneration": {
-                    "type": "integer",
-                    "format": "int64",
-                    "minimum": 0,
-                    "description": "The generation the condition was set from.",
-                },
-                "reason": _string(
-                    "A CamelCase reason for the last transition.",
-                    maxLength=1024,
-                    minLength=1,
-                    pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
-                ),
-                "status": _string("The condition's status.", enum=["True", "False", "Unknown"]),
-                "type": _string(
-                    "The condition's type, in CamelCase.",
-                    maxLength=316,
-                    pattern=(
-                        r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                        r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
-                    ),
-                ),
-            },
-        },
-        "x-kubernetes-list-type": "map",
-        "x-kubernetes-list-map-keys": ["type"],
-    }
-
-
-def _status() -> dict[str, Any]:
-    return {
-        "type": "object",
-        "description": "What the operator observed.",
-        "properties": {
-            "phase": _string("Starting, Ready, Stopping, Stopped, …"),
-            "phaseMessage": _string("Why the Instance is in its phase."),
-            "observedGeneration": {
-                "type": "integer",
-                "format": "int64",
-                "minimum": 0,
-                "description": "The spec generation the status describes.",
-            },
-            "nodeName": _string("The node the Instance runs on."),
-            "podName": _string("The backing Pod, in the Instance's namespace."),
-            "hostIPs": {
-                "type": "array",
-                "description": "The node's addresses, as on the backing Pod.",
-                "items": {
-                    "type": "object",
-                    "required": ["ip"],
-                    "properties": {"ip": _string("An address of the node.")},
-                },
-                "x-kubernetes-list-type": "atomic",
-            },
-            "ports": _ports("The node port of each spec.ports entry.", node_port=True),
-            "conditions": _conditions(),
-        },
-    }
 
 
 def instance_crd_schema() -> dict[str, Any]:
@@ -293,8 +74,8 @@ def instance_crd_schema() -> dict[str, Any]:
             "apiVersion": _string("The versioned schema of this representation of an object."),
             "kind": _string("The REST resource this object represents, in CamelCase."),
             "metadata": {"type": "object"},
-            "spec": _spec(),
-            "status": _status(),
+            "spec": structural_schema(InstanceSpec),
+            "status": structural_schema(InstanceStatus),
         },
     }
 

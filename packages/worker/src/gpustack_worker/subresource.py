@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import httpx
 import trio
@@ -22,6 +21,7 @@ import trio
 from gpustack_core import contract
 from gpustack_core.allocation import Grant
 from gpustack_core.decoding import ContractError
+from gpustack_core.instance import resources_of
 from gpustack_core.instance_metrics import InstanceMetrics, ObjectMeta
 from gpustack_core.kubelet import usage_from_summary
 from gpustack_core.podmetrics import pod_metrics_from_object, usage_from_pod_metrics
@@ -136,8 +136,8 @@ async def _instance_metrics(
     if instance is None:
         instance = await sources.client.get(INSTANCES.path(namespace, name))
     uid = str(instance.get("metadata", {}).get("uid", ""))
-    resources: Mapping[str, Any] = instance.get("spec", {}).get("resources") or {}
-    fallback = totals_from_resources(resources, what=f"Instance {namespace}/{name}")
+    what = f"Instance {namespace}/{name}"
+    fallback = totals_from_resources(resources_of(instance, what=what).limits(), what=what)
     pod = await _backing_pod(sources, namespace, name, uid)
     usage: PodUsage | None = None
     snapshots: dict[str, MonitorSnapshot] = {}

@@ -14,8 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gpustack_core.allocation import ANNOTATION
 from gpustack_core.decoding import ContractError
+from gpustack_core.instance import resources_from_limits
 from gpustack_core.modes import AllocationMode, Manufacturer
 from gpustack_core.pods import PART_OF_LABEL
 from gpustack_simulator.recording import ProcEntry
@@ -371,9 +374,12 @@ class _Expander:
             status["hostIPs"] = [{"ip": self._node_ip(doc)}]
         spec: dict[str, Any] = {
             "image": instance.image or "registry.example/gpustack/runner:latest",
-            "resources": {
-                k: str(v) for k, v in _instance_resources(instance, instance.pod).items()
-            },
+            # The API's names (ram, localStorage), from the scenario's container-limit names.
+            "resources": msgspec.to_builtins(
+                resources_from_limits(
+                    {k: str(v) for k, v in _instance_resources(instance, instance.pod).items()}
+                )
+            ),
             "stop": instance.stop,
         }
         if instance.instance_type:
