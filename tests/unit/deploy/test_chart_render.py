@@ -271,7 +271,10 @@ def _kubelet_rules(objects: list[dict[str, Any]]) -> dict[str, set[str]]:
     """ClusterRole name → the node subresources it grants."""
     return {
         role["metadata"]["name"]: {
-            r for rule in role["rules"] for r in rule.get("resources", ()) if r.startswith("nodes")
+            r
+            for rule in role["rules"]
+            for r in rule.get("resources", ())
+            if r.startswith("nodes/")
         }
         for role in of_kind(objects, "ClusterRole")
         if role["metadata"]["name"] in {WORKER, "gpustack-operator-device-manager"}
@@ -450,8 +453,19 @@ def test_the_device_managers_rbac() -> None:
         ("", "pods", "list"),
         ("", "pods", "watch"),
         ("", "nodes/proxy", "get"),
+        ("", "nodes", "get"),
+        ("worker.gpustack.ai", "devices", "get"),
+        ("worker.gpustack.ai", "devices", "create"),
+        ("worker.gpustack.ai", "devices", "update"),
+        ("worker.gpustack.ai", "devices/status", "update"),
     }
     _binds(find(objects, "ClusterRoleBinding", DM), "ClusterRole", DM, DM)
+    # Its NodeFeature is written in the release namespace only: a Role, not a ClusterRole.
+    features = f"{DM}:nodefeatures"
+    assert _grants(find(objects, "Role", features)) == {
+        ("nfd.k8s-sigs.io", "nodefeatures", verb) for verb in ("get", "create", "update")
+    }
+    _binds(find(objects, "RoleBinding", features), "Role", features, DM)
     find(objects, "ServiceAccount", DM)
 
 

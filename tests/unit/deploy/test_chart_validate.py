@@ -30,7 +30,7 @@ from chart_helm import (
 from gpustack_core.modes import Manufacturer
 from gpustack_vendors.loading import LibraryUnavailableError, open_backend
 
-CRD_NAME = "instances.worker.gpustack.ai.yaml"
+CRD_NAMES = ("devices.worker.gpustack.ai.yaml", "instances.worker.gpustack.ai.yaml")
 CERT_MANAGER = {("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v1", "Issuer")}
 VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[Path, ...]]] = {
     "defaults": ({}, ()),
@@ -140,23 +140,30 @@ def test_strict_validation_would_catch_a_misspelt_field(kubernetes_validate: Mod
 # -- the CRD -----------------------------------------------------------------------------------
 
 
-def test_the_charts_crd_is_the_repositorys_byte_for_byte() -> None:
-    source = REPO / "clusters" / "crds" / CRD_NAME
-    copy = CHART / "crds" / CRD_NAME
+@pytest.mark.parametrize("name", CRD_NAMES)
+def test_the_charts_crd_is_the_repositorys_byte_for_byte(name: str) -> None:
+    source = REPO / "clusters" / "crds" / name
+    copy = CHART / "crds" / name
     assert not copy.is_symlink(), "helm packages a symlink's target only on some platforms"
     assert copy.read_bytes() == source.read_bytes(), (
         f"{copy.relative_to(REPO)} differs from {source.relative_to(REPO)}: run `just chart-crds`"
     )
-    assert sorted(p.name for p in (CHART / "crds").iterdir()) == [CRD_NAME]
+
+
+def test_the_chart_ships_exactly_the_repositorys_crds() -> None:
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(CRD_NAMES)
+    assert sorted(p.name for p in (REPO / "clusters" / "crds").iterdir()) == sorted(CRD_NAMES)
 
 
 @needs_helm
 def test_the_crd_ships_only_with_include_crds() -> None:
     assert all(o["kind"] != "CustomResourceDefinition" for o in render())
-    [crd] = [
+    crds = [
         o for o in render(extra=("--include-crds",)) if o["kind"] == "CustomResourceDefinition"
     ]
-    assert crd == yaml.safe_load((REPO / "clusters" / "crds" / CRD_NAME).read_text())
+    expected = [yaml.safe_load((REPO / "clusters" / "crds" / n).read_text()) for n in CRD_NAMES]
+    key = lambda o: o["metadata"]["name"]  # noqa: E731
+    assert sorted(crds, key=key) == sorted(expected, key=key)
 
 
 # -- values.schema.json --------------------------------------------------------------------------

@@ -292,10 +292,10 @@ def test_just_tools_helm_fails_soft_and_ci_calls_it_before_the_tests() -> None:
     assert ci.index("./dev tools-helm") < ci.index("./dev test")
 
 
-def test_the_chart_crds_recipe_copies_the_crd() -> None:
-    assert "cp clusters/crds/instances.worker.gpustack.ai.yaml clusters/chart/crds/" in recipe(
-        "chart-crds"
-    )
+def test_the_chart_crds_recipe_copies_the_crds() -> None:
+    body = recipe("chart-crds")
+    assert "cp clusters/crds/instances.worker.gpustack.ai.yaml clusters/chart/crds/" in body
+    assert "cp clusters/crds/devices.worker.gpustack.ai.yaml clusters/chart/crds/" in body
 
 
 # -- the image -----------------------------------------------------------------------------------

@@ -287,6 +287,15 @@ def dm_serve(
     kubelet_port: KubeletPort = 10250,
     kubelet_certificate_authority: KubeletCA = None,
     kubelet_insecure_tls: KubeletInsecure = False,
+    publish: Annotated[
+        bool,
+        typer.Option(
+            help=(
+                "Publish the node's NodeFeature (acceleratable.* labels) and this manufacturer's"
+                " group and ledger of the node's Devices object."
+            )
+        ),
+    ] = True,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     log_json: Annotated[bool, typer.Option(help="Log JSON lines.")] = False,
 ) -> None:
@@ -322,6 +331,7 @@ def dm_serve(
             kubelet_access, kubelet_port, kubelet_certificate_authority, kubelet_insecure_tls
         ),
         node_address=node_address,
+        publish=publish,
     )
     trio.run(serve_until_signalled, options, backend)
 

@@ -10,6 +10,8 @@ Field names are the reference operator's wire contract (``shared/reference/opera
 
 from __future__ import annotations
 
+import msgspec
+
 from gpustack_core.wire import Wire
 
 KIND = "Devices"
@@ -19,8 +21,9 @@ PLURAL = "devices"
 class Topology(Wire, frozen=True, kw_only=True):
     """Where the card sits: what placement-aware scheduling would read."""
 
-    pci_bus_id: str = ""
-    pci_root_id: str = ""
+    pci_bus_id: str = msgspec.field(default="", name="pciBusId")
+    """Spelt ``pciBusId`` as the reference operator writes it (not this project's ``…ID``)."""
+    pci_root_id: str = msgspec.field(default="", name="pciRootId")
     pci_class: str = ""
     numa_affinity: str = ""
     cpu_affinity: str = ""
@@ -37,7 +40,8 @@ class PhysicalProfile(Wire, frozen=True, kw_only=True):
     """One hardware partition profile (a MIG profile such as ``1g.10gb``)."""
 
     name: str
-    memory_mib: int = 0
+    memory_mib: int = msgspec.field(default=0, name="memoryMib")
+    """Spelt ``memoryMib`` as the reference operator writes it."""
     compute_slices: int = 0
     memory_slices: int = 0
     count: int = 0
@@ -95,7 +99,8 @@ class ProfileCount(Wire, frozen=True, kw_only=True):
     """How many partitions of one profile (held or free)."""
 
     name: str
-    count: int = 0
+    count: int
+    """Required: ``count: 0`` (none of this profile left) is a figure, not an absence."""
 
 
 class LedgerAccelerator(Wire, frozen=True, kw_only=True):

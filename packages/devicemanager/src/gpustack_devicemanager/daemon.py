@@ -11,7 +11,7 @@ import math
 import os
 import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.monitor import PodsSource, TickContext, run_monitor
 from gpustack_devicemanager.pidbind import PidBindingBackend
 from gpustack_devicemanager.podview import NodePod, node_pod
+from gpustack_devicemanager.publish import Publisher, detected_groups, run_publisher
 from gpustack_devicemanager.server import build_app
 from gpustack_devicemanager.tls import ReloadableConfig
 from gpustack_kube.certs import CERT_FILE, KEY_FILE, CertReloader, self_signed
@@ -35,6 +36,7 @@ from gpustack_kube.config import KubeConfig, load_config
 from gpustack_kube.informer import Informer
 from gpustack_kube.kubelet import KubeletAccess
 from gpustack_kube.paths import PODS
+from gpustack_vendors.model import Detection
 from gpustack_vendors.protocol import Backend
 
 log = logging.getLogger("gpustack.devicemanager")
@@ -67,6 +69,9 @@ class ServeOptions:
     bind_replayed_pids: bool = False
     """Bind a replay's process rows to live PIDs of the Pods holding the devices (pidbind.py).
     Only for a replay backend; the CLI refuses it without ``--simulate``."""
+    publish: bool = True
+    """Publish the node's NodeFeature and its ``Devices`` group and ledger (publish.py);
+    ``--no-publish`` turns it off (a second, observing Device Manager; a read-only account)."""
 
 
 @dataclass
@@ -156,6 +161,17 @@ async def serve(
                 "certificateReloads": reloader.reloads,
             }
 
+        if client is not None and informer is not None and options.publish:
+            # Detect here, before the monitor starts: the library is never asked twice at once.
+            nursery.start_soon(
+                start_publisher,
+                options,
+                client,
+                informer,
+                node_pods,
+                await trio.to_thread.run_sync(backend.detect, limiter=limiter),
+            )
+
         monitored: Backend = backend
         monitor_pods: PodsSource = node_pods
         if options.bind_replayed_pids:
@@ -198,6 +214,23 @@ async def serve(
     if client is not None:
         await client.aclose()
     await trio.to_thread.run_sync(backend.close)
+
+
+async def start_publisher(
+    options: ServeOptions,
+    client: KubeClient,
+    informer: Informer[NodePod],
+    node_pods: Callable[[], list[NodePod] | None],
+    detection: Detection,
+) -> None:
+    """The publisher task: this manufacturer's groups from one detection, kept published."""
+    grouped = detected_groups(detection)
+    for reason in grouped.skipped:
+        log.warning("features: %s", reason)
+    publisher = Publisher(
+        client, options.node_name, options.manufacturer, options.namespace, grouped.groups
+    )
+    await run_publisher(publisher, node_pods, informer.wait_changed, period=options.monitor_period)
 
 
 async def serve_until_signalled(options: ServeOptions, backend: Backend) -> None:

@@ -93,6 +93,11 @@ SUBJECT_ACCESS_REVIEWS: Final = Resource(
 INSTANCES: Final = Resource(API_GROUP, CRD_VERSION, "instances")
 """The Instance CRD's stored version; the worker serves it as ``v1``."""
 
+NODE_FEATURES: Final = Resource("nfd.k8s-sigs.io", "v1alpha1", "nodefeatures")
+"""node-feature-discovery's NodeFeature: labels a component asks nfd-master to put on a Node."""
+DEVICES: Final = Resource(API_GROUP, CRD_VERSION, "devices", namespaced=False)
+"""The cluster-scoped ``Devices`` CRD, one object per node (spec from detection, the ledger)."""
+
 
 def node_summary_path(node: str) -> str:
     """The kubelet's ``/stats/summary`` through the API server's node proxy."""
@@ -101,8 +106,10 @@ def node_summary_path(node: str) -> str:
 
 __all__ = [
     "CONFIGMAPS",
+    "DEVICES",
     "INSTANCES",
     "NODES",
+    "NODE_FEATURES",
     "PODS",
     "POD_METRICS",
     "SUBJECT_ACCESS_REVIEWS",

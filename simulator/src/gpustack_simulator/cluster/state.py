@@ -22,6 +22,8 @@ SYSTEM_NAMESPACE = "kube-system"
 AUTH_CONFIGMAP = "extension-apiserver-authentication"
 INSTANCE_CRD = RECORDINGS_DIR.parent / "clusters" / "crds" / "instances.worker.gpustack.ai.yaml"
 """The project's Instance CRD: Instances written through the stand-in are validated by it."""
+DEVICES_CRD = RECORDINGS_DIR.parent / "clusters" / "crds" / "devices.worker.gpustack.ai.yaml"
+"""The project's Devices CRD (cluster-scoped, one per node), served and validated the same way."""
 
 
 class Clock(Protocol):
@@ -94,10 +96,11 @@ class ClusterState:
 
     def __post_init__(self) -> None:
         self.faults = list(self.expanded.faults)
-        if INSTANCE_CRD.is_file():
-            # The chart's CRD, so a written Instance is checked against what a cluster checks.
-            for resource in from_crd(yaml.safe_load(INSTANCE_CRD.read_text())):
-                self.registry.add(resource)
+        for crd in (INSTANCE_CRD, DEVICES_CRD):
+            if crd.is_file():
+                # The chart's CRDs, so a written object is checked as a cluster checks it.
+                for resource in from_crd(yaml.safe_load(crd.read_text())):
+                    self.registry.add(resource)
         for node in self.expanded.nodes:
             self.store.put(NODE, node)
         for pod in self.expanded.pods:

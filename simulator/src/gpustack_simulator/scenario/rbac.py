@@ -77,8 +77,17 @@ def _daemon_rules() -> tuple[Rule, ...]:
     read = ("get", "list", "watch")
     return (
         _rule([""], ["pods"], read),
-        _rule([""], ["nodes"], ["get", "list"]),
+        _rule([""], ["nodes"], ["get", "list", "watch"]),
         _rule([""], ["nodes/proxy"], ["get"]),
+        # Publishing node features (the NodeFeatures in the system namespace) and Devices.
+        _rule(
+            ["nfd.k8s-sigs.io"],
+            ["nodefeatures"],
+            ["get", "create", "update"],
+            namespaces=(SYSTEM_NAMESPACE,),
+        ),
+        _rule([API_GROUP], ["devices"], ["get", "create", "update"]),
+        _rule([API_GROUP], ["devices/status"], ["update"]),
         _rule([""], ["configmaps"], ["get"], namespaces=("kube-system",)),
         _rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
         _rule(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
