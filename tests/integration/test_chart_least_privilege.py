@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import trio
 from worker_stack import WorkerStack, open_worker_stack
@@ -211,37 +210,6 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
         f"{V1}/namespaces/team-a/instances", headers=[("Authorization", f"Bearer {token}")]
     )
     assert direct.status_code == 200, direct.text
-    # The Pod admission webhook, called as kube-apiserver calls it (no credential): a MiB slice
-    # folds against the cards' memory, so the worker lists the Devices objects.
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "least-privilege",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "operation": "CREATE",
-            "namespace": "team-a",
-            "object": {
-                "metadata": {"name": "slice"},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "main",
-                            "resources": {
-                                "limits": {
-                                    "nvidia.com/gpu.sliced": "1",
-                                    "nvidia.com/gpu.sliced.memory-mib": "1024",
-                                }
-                            },
-                        }
-                    ]
-                },
-            },
-        },
-    }
-    async with httpx.AsyncClient(verify=stack.tls(), trust_env=False) as client:
-        answered = await client.post(stack.url + "/mutate-v1-pod", json=review)
-    assert answered.status_code == 200, answered.text
     # The Device Manager's informer watches and its exporter reads the kubelet on its own
     # schedule; wait for both rather than assume a round has run.
     with trio.fail_after(30):

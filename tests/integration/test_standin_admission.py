@@ -486,6 +486,44 @@ async def test_validating_webhooks_see_the_mutated_object_and_updates_and_delete
     assert delete["options"]["gracePeriodSeconds"] == 0
 
 
+async def test_a_dry_run_is_admitted_and_stores_nothing(
+    kube: KubeClient, hooks: WebhookServer
+) -> None:
+    await register(
+        kube,
+        "MutatingWebhookConfiguration",
+        "labeller",
+        webhook("label.example.test", hooks.client("/mutate")),
+    )
+    would = await kube.create(PODS, pod("dry"), params={"dryRun": "All"})
+    assert would["metadata"]["labels"] == {"admitted-by": "mutator"}
+    assert would["metadata"]["uid"]
+    [seen] = hooks.seen("/mutate")
+    assert seen.request["dryRun"] is True
+    assert seen.request["options"]["dryRun"] == ["All"]
+    listed = await kube.get(PODS)
+    assert "dry" not in {p["metadata"]["name"] for p in listed["items"]}
+    real = await kube.create(PODS, pod("kept"))
+    kept = await kube.delete(f"{PODS}/kept", params={"dryRun": "All"})
+    assert kept["metadata"]["uid"] == real["metadata"]["uid"]
+    assert (await kube.get(f"{PODS}/kept"))["metadata"]["uid"] == real["metadata"]["uid"]
+    with pytest.raises(ApiError) as caught:
+        await kube.create(PODS, pod("odd"), params={"dryRun": "Some"})
+    assert caught.value.status == 422
+
+
+@needs_kubectl
+async def test_kubectl_server_side_dry_run(cluster: RunningCluster, tmp_path: Path) -> None:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(pod("rehearsed")))
+    shown = await _kubectl(
+        cluster, "create", "--validate=false", "--dry-run=server", "-f", str(manifest)
+    )
+    assert shown.strip() == "pod/rehearsed created (server dry run)"
+    listed = await _kubectl(cluster, "get", "pods", "-n", "default", "-o", "name")
+    assert "pod/rehearsed" not in listed
+
+
 # -- failure policy, certificates, timeouts ------------------------------------------------------
 
 

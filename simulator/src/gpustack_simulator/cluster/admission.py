@@ -19,7 +19,7 @@ cannot be called, times out or answers something that is not a valid review is a
 What the stand-in does differently, and why nothing here depends on it:
 
 - ``clientConfig.service`` is resolved first through :attr:`ClusterState.webhook_services`
-  (``(namespace, name, port)`` → ``host:port``, set by a test or ``simulator up``), then through
+  (``(namespace, name, port)`` → ``host:port``, set by a test holding the state), then through
   the Service's ``Endpoints`` in the store (first ready address, the Service port's target
   port); cluster IPs are not routable here. Either way the certificate is verified for
   ``<name>.<namespace>.svc``, the name kube-apiserver verifies.
@@ -27,7 +27,7 @@ What the stand-in does differently, and why nothing here depends on it:
 - ``matchPolicy: Equivalent`` matches the request's own group and version only (the stand-in
   serves one version per resource), ``reinvocationPolicy: IfNeeded`` is stored but mutating
   webhooks are not re-run, ``matchConditions`` are not evaluated, response ``warnings`` are
-  not forwarded, and ``dryRun`` is always ``false`` (the stand-in has no dry run).
+  not forwarded.
 - Only writes that arrive through the API are admitted: the node simulator's binding and
   status updates, garbage collection and the Endpoints controller write the store directly.
 - Webhook configurations themselves are never admitted, as on a cluster (no webhook can lock
@@ -319,6 +319,9 @@ class Attributes:
     """The stored object the write replaces or deletes (``None`` for CREATE)."""
     options: dict[str, Any]
     user: Mapping[str, Any] = field(default_factory=dict)
+    dry_run: bool = False
+    """``?dryRun=All``: webhooks are told, and nothing is stored (``sideEffects`` in v1 are
+    always ``None`` or ``NoneOnDryRun``, so every webhook may be called)."""
 
 
 @dataclass(frozen=True)
@@ -666,7 +669,7 @@ def _request(uid: str, attrs: Attributes) -> dict[str, Any]:
         "userInfo": dict(attrs.user),
         "object": copy.deepcopy(attrs.obj),
         "oldObject": copy.deepcopy(attrs.old),
-        "dryRun": False,
+        "dryRun": attrs.dry_run,
         "options": dict(attrs.options),
     }
     if attrs.subresource:
@@ -768,13 +771,20 @@ def denied(webhook: str, status: Any, attrs: Attributes) -> StatusError:
 
 
 def options_for(
-    operation: str, patch: bool, given: Mapping[str, Any] | None = None
+    operation: str,
+    patch: bool,
+    given: Mapping[str, Any] | None = None,
+    *,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
     """The ``options`` a review carries: the write's own ``*Options`` object."""
     kind = {"CREATE": "CreateOptions", "DELETE": "DeleteOptions"}.get(
         operation, "PatchOptions" if patch else "UpdateOptions"
     )
-    return {**(given or {}), "kind": kind, "apiVersion": "meta.k8s.io/v1"}
+    options = {**(given or {}), "kind": kind, "apiVersion": "meta.k8s.io/v1"}
+    if dry_run:
+        options["dryRun"] = ["All"]
+    return options
 
 
 __all__: Sequence[str] = (

@@ -133,9 +133,18 @@ class ApiServer:
         return self._commit(pending)
 
     async def admitted_create(
-        self, resource: Resource, namespace: str, body: Any, user: Mapping[str, Any]
+        self,
+        resource: Resource,
+        namespace: str,
+        body: Any,
+        user: Mapping[str, Any],
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
-        """POST through the admission webhooks, as every create through the API is."""
+        """POST through the admission webhooks, as every create through the API is.
+
+        ``dry_run`` (``?dryRun=All``) runs every stage, webhooks included, and stores nothing.
+        """
         pending = self._request_create(resource, namespace, body)
         attrs = Attributes(
             resource,
@@ -145,8 +154,9 @@ class ApiServer:
             "",
             pending.obj,
             None,
-            options_for("CREATE", patch=False),
+            options_for("CREATE", patch=False, dry_run=dry_run),
             user,
+            dry_run,
         )
         await self.admission.mutate(attrs)
         pending.obj = self._body(resource, attrs.obj)
@@ -154,7 +164,7 @@ class ApiServer:
         self._prepare(pending)
         attrs.obj, attrs.name = copy.deepcopy(pending.obj), pending.name
         await self.admission.validate(attrs)
-        return self._commit(pending)
+        return self._commit(pending, dry_run=dry_run)
 
     def replace(
         self, resource: Resource, namespace: str, name: str, body: Any, *, subresource: str = ""
@@ -188,12 +198,14 @@ class ApiServer:
         user: Mapping[str, Any],
         *,
         subresource: str = "",
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """PUT through the admission webhooks."""
         return await self._admitted_update(
             lambda: self._request_replace(resource, namespace, name, body, subresource),
             user,
             patch=False,
+            dry_run=dry_run,
         )
 
     async def admitted_patch(
@@ -206,16 +218,23 @@ class ApiServer:
         user: Mapping[str, Any],
         *,
         subresource: str = "",
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """PATCH through the admission webhooks (reviewed as an ``UPDATE``, as on a cluster)."""
         return await self._admitted_update(
             lambda: self._request_patch(resource, namespace, name, body, content_type, subresource),
             user,
             patch=True,
+            dry_run=dry_run,
         )
 
     async def _admitted_update(
-        self, build: Callable[[], Pending], user: Mapping[str, Any], *, patch: bool
+        self,
+        build: Callable[[], Pending],
+        user: Mapping[str, Any],
+        *,
+        patch: bool,
+        dry_run: bool,
     ) -> dict[str, Any]:
         for _ in range(UPDATE_RETRIES):
             pending = build()
@@ -228,8 +247,9 @@ class ApiServer:
                 pending.subresource,
                 pending.obj,
                 copy.deepcopy(pending.current),
-                options_for("UPDATE", patch=patch),
+                options_for("UPDATE", patch=patch, dry_run=dry_run),
                 user,
+                dry_run,
             )
             await self.admission.mutate(attrs)
             pending.obj = self._body(pending.resource, attrs.obj)
@@ -240,7 +260,7 @@ class ApiServer:
             attrs.obj = copy.deepcopy(pending.obj)
             await self.admission.validate(attrs)
             try:
-                return self._commit(pending)
+                return self._commit(pending, dry_run=dry_run)
             except _Moved:
                 continue  # unconditional: rebuilt over the version that moved it, re-admitted
         assert pending.current is not None
@@ -424,8 +444,11 @@ class ApiServer:
         self._defaults(resource, result, current)
         pending.obj = result
 
-    def _commit(self, pending: Pending) -> dict[str, Any]:
-        """Store a prepared write, re-checking what may have moved while it was admitted."""
+    def _commit(self, pending: Pending, *, dry_run: bool = False) -> dict[str, Any]:
+        """Store a prepared write, re-checking what may have moved while it was admitted.
+
+        A dry run makes the same checks and answers what would have been stored.
+        """
         resource, namespace, name = pending.resource, pending.namespace, pending.name
         stored = self.store.get(resource.kind, namespace, name)
         if pending.operation == "CREATE":
@@ -445,6 +468,11 @@ class ApiServer:
             if _unstamped(pending.obj) == _unstamped(pending.current):
                 return pending.current  # a no-op write keeps its resourceVersion, as on a cluster
             previous = pending.current
+        if dry_run:
+            would = copy.deepcopy(pending.obj)
+            if previous is not None:
+                would["metadata"]["resourceVersion"] = previous["metadata"]["resourceVersion"]
+            return would
         if resource.kind == "Service":
             self._defaults(resource, pending.obj, previous)  # node ports taken meanwhile
         if resource.kind == CRD:
@@ -541,8 +569,13 @@ class ApiServer:
         name: str,
         options: Mapping[str, Any],
         user: Mapping[str, Any],
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
-        """DELETE through the admission webhooks (``oldObject`` is what is deleted)."""
+        """DELETE through the admission webhooks (``oldObject`` is what is deleted).
+
+        A dry run answers the object as it is, admitted and checked, and deletes nothing.
+        """
         current = self.current(resource, namespace, name)
         _preconditions(resource, name, current["metadata"], options)
         attrs = Attributes(
@@ -553,11 +586,16 @@ class ApiServer:
             "",
             None,
             current,
-            options_for("DELETE", patch=False, given=options),
+            options_for("DELETE", patch=False, given=options, dry_run=dry_run),
             user,
+            dry_run,
         )
         await self.admission.mutate(attrs)
         await self.admission.validate(attrs)
+        if dry_run:
+            current = self.current(resource, namespace, name)
+            _preconditions(resource, name, current["metadata"], options)
+            return current
         return self.delete(resource, namespace, name, options)  # preconditions re-checked
 
     def remove(self, resource: Resource, obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -62,7 +62,7 @@ class ObjectRoutes(RouteBase):
         if method == "POST" and name is None:
             self.authorize(caller, "create", plural, group=group, namespace=namespace)
             created = await self.api.admitted_create(
-                resource, namespace, await self._body(), caller.user_info()
+                resource, namespace, await self._body(), caller.user_info(), dry_run=_dry_run()
             )
             return json_response(created, 201)
         if name is None:
@@ -82,7 +82,13 @@ class ObjectRoutes(RouteBase):
             body = await self._body()
             return json_response(
                 await self.api.admitted_replace(
-                    resource, namespace, name, body, caller.user_info(), subresource=subresource
+                    resource,
+                    namespace,
+                    name,
+                    body,
+                    caller.user_info(),
+                    subresource=subresource,
+                    dry_run=_dry_run(),
                 )
             )
         if method == "PATCH":
@@ -106,13 +112,19 @@ class ObjectRoutes(RouteBase):
                     content_type,
                     caller.user_info(),
                     subresource=subresource,
+                    dry_run=_dry_run(),
                 )
             )
         if method == "DELETE" and sub is None:
             self.authorize(caller, "delete", plural, group=group, namespace=namespace, name=name)
             return json_response(
                 await self.api.admitted_delete(
-                    resource, namespace, name, await self._delete_options(), caller.user_info()
+                    resource,
+                    namespace,
+                    name,
+                    await self._delete_options(),
+                    caller.user_info(),
+                    dry_run=_dry_run(),
                 )
             )
         raise self._not_allowed()
@@ -131,7 +143,12 @@ class ObjectRoutes(RouteBase):
                 meta = obj["metadata"]
                 if self.state.store.get(resource.kind, namespace, meta["name"]) is not None:
                     deleted = await self.api.admitted_delete(
-                        resource, namespace, meta["name"], options, caller.user_info()
+                        resource,
+                        namespace,
+                        meta["name"],
+                        options,
+                        caller.user_info(),
+                        dry_run=_dry_run(),
                     )
                     gone.append(list_item(deleted))
         return json_response(
@@ -277,6 +294,19 @@ class ObjectRoutes(RouteBase):
         response = Response(stream(), status=200, content_type=JSON)
         response.timeout = None
         return response
+
+
+def _dry_run() -> bool:
+    """``?dryRun=All`` (the one value the API defines); anything else is refused."""
+    values = request.args.getlist("dryRun")
+    unknown = [v for v in values if v != "All"]
+    if unknown:
+        raise StatusError(
+            422,
+            f'dryRun: Unsupported value: "{unknown[0]}": supported values: "All"',
+            reason="Invalid",
+        )
+    return bool(values)
 
 
 def _event(kind: str, obj: Mapping[str, Any]) -> bytes:
