@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpustack_core.devices import GroupSpec
@@ -149,7 +149,7 @@ class Decision:
     """What the webhook answers for an admitted Pod: the JSONPatch to apply (maybe none)."""
 
     patch: tuple[dict[str, Any], ...] = ()
-    requests: tuple[ContainerRequests, ...] = field(default=())
+    requests: tuple[ContainerRequests, ...] = ()
 
 
 # -- names ------------------------------------------------------------------------------------
