@@ -25,7 +25,7 @@ from gpustack_core.wire import Wire
 KIND: Final = "Instance"
 PLURAL: Final = "instances"
 
-PHASES: Final = ("Starting", "Ready", "Stopping", "Stopped", "Deleting")
+Phase = Literal["Starting", "Ready", "Stopping", "Stopped", "Deleting"]
 """``status.phase`` values, in lifecycle order."""
 
 DEFAULT_VOLUME_MOUNT: Final = "/workspace"
@@ -316,11 +316,7 @@ class InstanceStatus(Wire, frozen=True, kw_only=True):
     """What the operator observed."""
 
     phase: (
-        Annotated[
-            Literal["Starting", "Ready", "Stopping", "Stopped", "Deleting"],
-            Meta(description="Starting, Ready, Stopping, Stopped or Deleting."),
-        ]
-        | None
+        Annotated[Phase, Meta(description="Starting, Ready, Stopping, Stopped or Deleting.")] | None
     ) = None
     phase_message: Annotated[str, Meta(description="Why the Instance is in its phase.")] = ""
     observed_generation: (

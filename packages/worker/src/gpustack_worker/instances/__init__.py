@@ -1,0 +1,1 @@
+"""The Instance controller: Instances become Pods, Services and isolation policies."""
