@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 from worker_stack import WorkerStack, open_worker_stack
@@ -210,12 +211,81 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
         f"{V1}/namespaces/team-a/instances", headers=[("Authorization", f"Bearer {token}")]
     )
     assert direct.status_code == 200, direct.text
+    # The Pod admission webhook, called as kube-apiserver calls it (no credential): a MiB slice
+    # folds against the cards' memory, so the worker lists the Devices objects.
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "least-privilege",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE",
+            "namespace": "team-a",
+            "object": {
+                "metadata": {"name": "slice"},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "resources": {
+                                "limits": {
+                                    "nvidia.com/gpu.sliced": "1",
+                                    "nvidia.com/gpu.sliced.memory-mib": "1024",
+                                }
+                            },
+                        }
+                    ]
+                },
+            },
+        },
+    }
+    async with httpx.AsyncClient(verify=stack.tls(), trust_env=False) as client:
+        answered = await client.post(stack.url + "/mutate-v1-pod", json=review)
+    assert answered.status_code == 200, answered.text
     # The Device Manager's informer watches and its exporter reads the kubelet on its own
     # schedule; wait for both rather than assume a round has run.
     with trio.fail_after(30):
         while not {("watch", ""), ("get", "proxy")} <= {
             (r.verb, r.subresource) for r in seen if r.user == "device-manager"
         }:
+            await trio.sleep(0.2)
+
+    # Publishing: the Device Manager creates its NodeFeature and Devices and writes the
+    # ledger; someone editing either makes it write them back (update), once a period.
+    def asked(user: str) -> set[tuple[str, str, str]]:
+        return {(r.verb, r.resource, r.subresource) for r in seen if r.user == user}
+
+    with trio.fail_after(30):
+        while not {
+            ("create", "nodefeatures", ""),
+            ("create", "devices", ""),
+            ("update", "devices", "status"),
+        } <= asked("device-manager"):
+            await trio.sleep(0.2)
+    store = state.store
+    for kind in ("NodeFeature", "Devices"):
+        for obj in store.list(kind):
+            edited = dict(obj)
+            edited["spec"] = {"labels": {}} if kind == "NodeFeature" else {"groups": []}
+            store.put(kind, edited)
+    with trio.fail_after(30):
+        while not {("update", "nodefeatures", ""), ("update", "devices", "")} <= asked(
+            "device-manager"
+        ):
+            await trio.sleep(0.2)
+    # The worker's NodeFeature per Node: created, then updated when a Node's CPU model changes.
+    with trio.fail_after(30):
+        while ("create", "nodefeatures", "") not in asked("worker"):
+            await trio.sleep(0.2)
+    node = store.list("Node")[0]
+    meta = node["metadata"]
+    cpu = {"feature.gpustack.ai/cpu-name": "AMD EPYC 7R32"}
+    store.put(
+        "Node",
+        {**node, "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), **cpu}}},
+    )
+    with trio.fail_after(30):
+        while ("update", "nodefeatures", "") not in asked("worker"):
             await trio.sleep(0.2)
 
 

@@ -271,10 +271,7 @@ def _kubelet_rules(objects: list[dict[str, Any]]) -> dict[str, set[str]]:
     """ClusterRole name → the node subresources it grants."""
     return {
         role["metadata"]["name"]: {
-            r
-            for rule in role["rules"]
-            for r in rule.get("resources", ())
-            if r.startswith("nodes/")
+            r for rule in role["rules"] for r in rule.get("resources", ()) if r.startswith("nodes/")
         }
         for role in of_kind(objects, "ClusterRole")
         if role["metadata"]["name"] in {WORKER, "gpustack-operator-device-manager"}
@@ -424,7 +421,20 @@ def test_the_workers_rbac() -> None:
         ("worker.gpustack.ai", "instances", "get"),
         ("worker.gpustack.ai", "instances", "list"),
         ("worker.gpustack.ai", "instances", "watch"),
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
     }
+    features = find(objects, "Role", f"{WORKER}:nodefeatures")
+    assert features["metadata"]["namespace"] == NAMESPACE
+    assert _grants(features) == {
+        ("nfd.k8s-sigs.io", "nodefeatures", verb) for verb in ("get", "create", "update")
+    }
+    _binds(
+        find(objects, "RoleBinding", f"{WORKER}:nodefeatures"),
+        "Role",
+        features["metadata"]["name"],
+        WORKER,
+    )
     listing = find(objects, "Role", f"{WORKER}:device-managers")
     assert listing["metadata"]["namespace"] == NAMESPACE
     assert _grants(listing) == {("", "pods", "list"), ("", "pods", "watch")}

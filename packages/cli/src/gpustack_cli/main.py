@@ -133,6 +133,15 @@ def worker(
     authentication_skip_lookup: Annotated[
         bool, typer.Option(help="Do not read extension-apiserver-authentication; flags only.")
     ] = False,
+    node_features: Annotated[
+        bool,
+        typer.Option(
+            help=(
+                "Publish each Node's <node>-gpustack-worker NodeFeature (gpustack.ai/managed and"
+                " the general.* CPU keys)."
+            )
+        ),
+    ] = True,
     kubelet_access: KubeletAccessMode = "proxy",
     kubelet_port: KubeletPort = 10250,
     kubelet_certificate_authority: KubeletCA = None,
@@ -172,6 +181,7 @@ def worker(
         requestheader_extra_headers_prefix=_csv(requestheader_extra_headers_prefix),
         client_ca_file=client_ca_file,
         authentication_skip_lookup=authentication_skip_lookup,
+        node_features=node_features,
         kubelet=_kubelet(
             kubelet_access, kubelet_port, kubelet_certificate_authority, kubelet_insecure_tls
         ),

@@ -41,6 +41,7 @@ from gpustack_worker.authn import (
     with_overrides,
 )
 from gpustack_worker.authz import Authorizer
+from gpustack_worker.nodefeatures import run_node_features
 from gpustack_worker.subresource import Sources, device_manager_client
 from gpustack_worker.summaries import SummaryCache
 from gpustack_worker.tls import ContextHolder, bind, serve_tls, server_context
@@ -85,6 +86,8 @@ class WorkerOptions:
     authentication_skip_lookup: bool = False
     """Do not read the ConfigMap: flags only (a worker without RBAC to read it)."""
     hosts: Sequence[str] = field(default_factory=lambda: ("localhost", "127.0.0.1"))
+    node_features: bool = True
+    """Publish every Node's ``<node>-gpustack-worker`` NodeFeature (nodefeatures.py)."""
 
 
 @dataclass
@@ -298,7 +301,7 @@ async def serve(
                 ready=lambda: None,
             )
             app = build_app(surface)
-            nursery.start_soon(settings.run, replace)
+            _start_tasks(nursery, options, client, lambda: settings.run(replace))
             if options.cert_dir is not None:
                 nursery.start_soon(reloader.run)
             async with trio.open_nursery() as serving:  # ends after shutdown's graceful close
@@ -317,6 +320,18 @@ async def serve(
             sock.close()  # also when startup fails after binding
             await kubelets.aclose()
         nursery.cancel_scope.cancel()
+
+
+def _start_tasks(
+    nursery: trio.Nursery,
+    options: WorkerOptions,
+    client: KubeClient,
+    settings: Callable[[], Awaitable[None]],
+) -> None:
+    """The worker's background loops: the settings watch, and the Nodes' NodeFeatures."""
+    nursery.start_soon(settings)
+    if options.node_features:
+        nursery.start_soon(run_node_features, client, options.system_namespace)
 
 
 def _summary_reader(

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpustack_core.status import StatusError, not_found
-from gpustack_simulator.cluster import admission
+from gpustack_simulator.cluster import admission, nfd
 from gpustack_simulator.cluster import patch as patching
 from gpustack_simulator.cluster.admission import Admission, Attributes, options_for
 from gpustack_simulator.cluster.kubelet import NodeSimulator
@@ -140,10 +140,12 @@ class ApiServer:
         user: Mapping[str, Any],
         *,
         dry_run: bool = False,
+        warnings: list[str] | None = None,
     ) -> dict[str, Any]:
         """POST through the admission webhooks, as every create through the API is.
 
-        ``dry_run`` (``?dryRun=All``) runs every stage, webhooks included, and stores nothing.
+        ``dry_run`` (``?dryRun=All``) runs every stage, webhooks included, and stores nothing;
+        ``warnings`` receives the webhooks' warnings once the write succeeded.
         """
         pending = self._request_create(resource, namespace, body)
         attrs = Attributes(
@@ -164,7 +166,10 @@ class ApiServer:
         self._prepare(pending)
         attrs.obj, attrs.name = copy.deepcopy(pending.obj), pending.name
         await self.admission.validate(attrs)
-        return self._commit(pending, dry_run=dry_run)
+        stored = self._commit(pending, dry_run=dry_run)
+        if warnings is not None:
+            warnings += attrs.warnings
+        return stored
 
     def replace(
         self, resource: Resource, namespace: str, name: str, body: Any, *, subresource: str = ""
@@ -199,6 +204,7 @@ class ApiServer:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        warnings: list[str] | None = None,
     ) -> dict[str, Any]:
         """PUT through the admission webhooks."""
         return await self._admitted_update(
@@ -206,6 +212,7 @@ class ApiServer:
             user,
             patch=False,
             dry_run=dry_run,
+            warnings=warnings,
         )
 
     async def admitted_patch(
@@ -219,6 +226,7 @@ class ApiServer:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        warnings: list[str] | None = None,
     ) -> dict[str, Any]:
         """PATCH through the admission webhooks (reviewed as an ``UPDATE``, as on a cluster)."""
         return await self._admitted_update(
@@ -226,6 +234,7 @@ class ApiServer:
             user,
             patch=True,
             dry_run=dry_run,
+            warnings=warnings,
         )
 
     async def _admitted_update(
@@ -235,6 +244,7 @@ class ApiServer:
         *,
         patch: bool,
         dry_run: bool,
+        warnings: list[str] | None,
     ) -> dict[str, Any]:
         for _ in range(UPDATE_RETRIES):
             pending = build()
@@ -260,9 +270,12 @@ class ApiServer:
             attrs.obj = copy.deepcopy(pending.obj)
             await self.admission.validate(attrs)
             try:
-                return self._commit(pending, dry_run=dry_run)
+                stored = self._commit(pending, dry_run=dry_run)
             except _Moved:
                 continue  # unconditional: rebuilt over the version that moved it, re-admitted
+            if warnings is not None:
+                warnings += attrs.warnings  # the admitted attempt's, not the ones it replaced
+            return stored
         assert pending.current is not None
         raise conflict(
             pending.resource,
@@ -571,6 +584,7 @@ class ApiServer:
         user: Mapping[str, Any],
         *,
         dry_run: bool = False,
+        warnings: list[str] | None = None,
     ) -> dict[str, Any]:
         """DELETE through the admission webhooks (``oldObject`` is what is deleted).
 
@@ -593,10 +607,13 @@ class ApiServer:
         await self.admission.mutate(attrs)
         await self.admission.validate(attrs)
         if dry_run:
-            current = self.current(resource, namespace, name)
-            _preconditions(resource, name, current["metadata"], options)
-            return current
-        return self.delete(resource, namespace, name, options)  # preconditions re-checked
+            gone = self.current(resource, namespace, name)
+            _preconditions(resource, name, gone["metadata"], options)
+        else:
+            gone = self.delete(resource, namespace, name, options)  # preconditions re-checked
+        if warnings is not None:
+            warnings += attrs.warnings
+        return gone
 
     def remove(self, resource: Resource, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Take the object out of the store now; collect what it owned."""
@@ -609,6 +626,8 @@ class ApiServer:
             )
         if resource.kind == "Pod":
             self.state.pods_changed()
+        if resource.kind == nfd.NODE_FEATURE:
+            nfd.sync(self.store)  # a deleted NodeFeature's labels leave its Node
         self.collect()
         return gone if gone is not None else dict(obj)
 
@@ -723,6 +742,8 @@ class ApiServer:
             self.state.pods_changed()
         elif resource.kind == "Node":
             self.nodes.reconcile(self)
+        if resource.kind in {nfd.NODE_FEATURE, nfd.NODE}:
+            nfd.sync(self.store)  # nfd-master: NodeFeature labels onto Nodes (cluster/nfd.py)
 
     # -- helpers ---------------------------------------------------------------------------
 
