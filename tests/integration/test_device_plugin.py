@@ -33,7 +33,9 @@ from gpustack_core.devices import (
     PhysicalSliced,
     Topology,
 )
+from gpustack_core.modes import AllocationMode
 from gpustack_core.resources import ResourceNames
+from gpustack_devicemanager.daemon import Running, ServeOptions, serve
 from gpustack_devicemanager.deviceplugin.allocate import Allocator
 from gpustack_devicemanager.deviceplugin.manager import (
     DevicePlugins,
@@ -49,9 +51,12 @@ from gpustack_kube.informer import Informer
 from gpustack_kube.paths import PODS
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.cluster.state import POD
+from gpustack_simulator.recording import load_recording
+from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.testing import cluster_standin
 
 NODE = "plugin-node"
+RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
 NAMESPACE = "team-p"
 H100_MIB = 81_559
 
@@ -116,28 +121,34 @@ class Stack:
         return decoded
 
     def add_pod(self, name: str, containers: dict[str, dict[str, str]], age: int = 0) -> None:
-        """A Pod bound to the node, not started: what the kubelet is admitting."""
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": NAMESPACE,
-                "uid": f"uid-{name}",
-                "creationTimestamp": f"2026-11-29T09:{age:02d}:00Z",
-                "resourceVersion": "1",
-            },
-            "spec": {
-                "nodeName": NODE,
-                "containers": [
-                    {"name": c, "resources": {"limits": limits, "requests": limits}}
-                    for c, limits in containers.items()
-                ],
-            },
-            "status": {"phase": "Pending"},
-        }
-        self.cluster.state.store.put(POD, pod)
-        self.cluster.state.pods_changed()
+        add_pod(self.cluster, name, containers, age)
+
+
+def add_pod(
+    cluster: RunningCluster, name: str, containers: dict[str, dict[str, str]], age: int = 0
+) -> None:
+    """A Pod bound to the node, not started: what the kubelet is admitting."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "uid": f"uid-{name}",
+            "creationTimestamp": f"2026-11-29T09:{age:02d}:00Z",
+            "resourceVersion": "1",
+        },
+        "spec": {
+            "nodeName": NODE,
+            "containers": [
+                {"name": c, "resources": {"limits": limits, "requests": limits}}
+                for c, limits in containers.items()
+            ],
+        },
+        "status": {"phase": "Pending"},
+    }
+    cluster.state.store.put(POD, pod)
+    cluster.state.pods_changed()
 
 
 def admin(cluster: RunningCluster) -> KubeConfig:
@@ -445,3 +456,67 @@ async def test_foreign_ids_and_unknown_pods_are_refused(tmp_path: Path) -> None:
         )
         pod = await s.client.get(PODS.path(NAMESPACE, "foreign"))
         assert contract.ALLOCATION_ANNOTATION not in pod["metadata"].get("annotations", {})
+
+
+async def test_the_daemon_serves_the_plugins_of_its_recording(tmp_path: Path) -> None:
+    """``device-manager serve`` with the plugin on: a replayed H100 in MIG mode, Sliced off."""
+    short = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))
+    kubelet = FakeKubelet(short / "device-plugins", short / "pod-resources")
+    kubelet.start()
+    recording = load_recording(RECORDINGS / "nvidia/h100-mig.yaml")
+    options = ServeOptions(
+        manufacturer="nvidia",
+        node_name=NODE,
+        monitor_period=0.5,
+        secure_port=0,
+        bind_address="127.0.0.1",
+        publish=False,
+        device_plugin=True,
+        kube_socket=kubelet.socket,
+        pod_resources_socket=kubelet.pod_resources_socket,
+        plugin_modes=frozenset(AllocationMode) - {AllocationMode.SLICED},
+    )
+    try:
+        async with (
+            cluster_standin("nvidia-mixed", tmp_path) as cluster,
+            trio.open_nursery() as nursery,
+        ):
+            running: Running = await nursery.start(
+                lambda task_status: serve(
+                    options, replay_backend(recording), kube=admin(cluster), task_status=task_status
+                )
+            )
+            assert running.plugins is not None
+            assert AllocationMode.SLICED not in running.plugins.sockets
+            expected = ALL_NVIDIA - {"nvidia.com/gpu.sliced"}
+            await trio.to_thread.run_sync(kubelet.wait, lambda: set(kubelet.plugins) == expected)
+            await trio.to_thread.run_sync(
+                kubelet.wait, lambda: len(kubelet.devices("nvidia.com/gpu.partitioned")) == 3
+            )
+            partitioned = sorted(kubelet.devices("nvidia.com/gpu.partitioned"))
+            card = "GPU-4f1b2c3d-0e9a-4b8c-9d7e-6a5b4c3d2e1f"
+            assert partitioned[0] == f"h100-80gb-hbm3:{card}:0000"
+            add_pod(
+                cluster,
+                "mig-3g",
+                {
+                    "main": {
+                        "nvidia.com/gpu.partitioned": "1",
+                        "nvidia.com/gpu.partitioned.mig-3g.40gb": "1",
+                    }
+                },
+            )
+            answer = await trio.to_thread.run_sync(
+                kubelet.allocate,
+                "nvidia.com/gpu.partitioned",
+                [partitioned[0]],
+                (NAMESPACE, "mig-3g"),
+                "main",
+            )
+            assert dict(answer.envs) == {
+                "NVIDIA_VISIBLE_DEVICES": "MIG-1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
+            }
+            running.shutdown.set()
+    finally:
+        await trio.to_thread.run_sync(kubelet.stop)
+        shutil.rmtree(short, ignore_errors=True)

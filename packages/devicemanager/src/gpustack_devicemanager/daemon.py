@@ -13,6 +13,7 @@ import signal
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,14 @@ import trio
 from hypercorn.trio import serve as hypercorn_serve
 
 from gpustack_core import contract
+from gpustack_core.modes import AllocationMode
+from gpustack_devicemanager.deviceplugin.manager import (
+    KUBELET_SOCKET,
+    POD_RESOURCES_SOCKET,
+    DevicePlugins,
+    PluginOptions,
+)
+from gpustack_devicemanager.deviceplugin.service import serve_device_plugins
 from gpustack_devicemanager.exporter import ExporterSource, run_exporter
 from gpustack_devicemanager.exposition import ExpositionHolder
 from gpustack_devicemanager.health import Liveness
@@ -72,6 +81,21 @@ class ServeOptions:
     publish: bool = True
     """Publish the node's NodeFeature and its ``Devices`` group and ledger (publish.py);
     ``--no-publish`` turns it off (a second, observing Device Manager; a read-only account)."""
+    device_plugin: bool | None = None
+    """Serve the kubelet device plugin (deviceplugin/); ``None``: when the directory of
+    ``kube_socket`` exists, i.e. on a node whose kubelet is reachable."""
+    kube_socket: Path = KUBELET_SOCKET
+    """The kubelet's registration socket; the plugin sockets are created beside it."""
+    pod_resources_socket: Path = POD_RESOURCES_SOCKET
+    plugin_modes: frozenset[AllocationMode] = frozenset(AllocationMode)
+    """The modes to serve (``--no-shared``, ``--no-sliced``, ``--no-partitioned`` remove one)."""
+
+    @property
+    def serves_device_plugin(self) -> bool:
+        """Whether ``serve`` runs the device plugin (resolving the automatic default)."""
+        if self.device_plugin is not None:
+            return self.device_plugin
+        return self.kube_socket.parent.is_dir()
 
 
 @dataclass
@@ -82,6 +106,8 @@ class Running:
     holder: SnapshotHolder
     shutdown: trio.Event
     informer: Informer[NodePod] | None
+    plugins: DevicePlugins | None = None
+    """The device-plugin servers, when ``serve`` runs them."""
 
 
 def _hosts(options: ServeOptions) -> list[str]:
@@ -161,16 +187,9 @@ async def serve(
                 "certificateReloads": reloader.reloads,
             }
 
-        if client is not None and informer is not None and options.publish:
-            # Detect here, before the monitor starts: the library is never asked twice at once.
-            nursery.start_soon(
-                start_publisher,
-                options,
-                client,
-                informer,
-                node_pods,
-                await trio.to_thread.run_sync(backend.detect, limiter=limiter),
-            )
+        plugins = await _start_node_tasks(
+            nursery, options, backend, limiter, client, informer, node_pods
+        )
 
         monitored: Backend = backend
         monitor_pods: PodsSource = node_pods
@@ -208,12 +227,55 @@ async def serve(
         )
         if options.cert_dir is not None:
             nursery.start_soon(reloader.run)
-        task_status.started(Running(list(urls), holder, shutdown, informer))
+        task_status.started(Running(list(urls), holder, shutdown, informer, plugins))
         await shutdown.wait()
         nursery.cancel_scope.cancel()
     if client is not None:
         await client.aclose()
     await trio.to_thread.run_sync(backend.close)
+
+
+async def _start_node_tasks(
+    nursery: trio.Nursery,
+    options: ServeOptions,
+    backend: Backend,
+    limiter: trio.CapacityLimiter,
+    client: KubeClient | None,
+    informer: Informer[NodePod] | None,
+    node_pods: Callable[[], list[NodePod] | None],
+) -> DevicePlugins | None:
+    """Start the publisher and the device plugin, both from one detection.
+
+    Detection runs here, before the monitor starts, so the library is never asked twice at
+    once; the device plugin is listening (and registering) when this returns.
+    """
+    publishing = options.publish and client is not None and informer is not None
+    if not (publishing or options.serves_device_plugin):
+        return None
+    detection = await trio.to_thread.run_sync(backend.detect, limiter=limiter)
+    if publishing and client is not None and informer is not None:
+        nursery.start_soon(start_publisher, options, client, informer, node_pods, detection)
+    if not options.serves_device_plugin:
+        return None
+    plugins: DevicePlugins = await nursery.start(
+        partial(
+            serve_device_plugins,
+            manufacturer=options.manufacturer,
+            node_name=options.node_name,
+            backend=backend,
+            limiter=limiter,
+            client=client,
+            pods=node_pods,
+            pods_changed=informer.wait_changed if informer is not None else None,
+            options=PluginOptions(
+                kubelet_socket=options.kube_socket,
+                pod_resources_socket=options.pod_resources_socket,
+                modes=options.plugin_modes,
+            ),
+            detection=detection,
+        )
+    )
+    return plugins
 
 
 async def start_publisher(
