@@ -306,16 +306,52 @@ def dm_serve(
             )
         ),
     ] = True,
+    device_plugin: Annotated[
+        bool | None,
+        typer.Option(
+            "--device-plugin/--no-device-plugin",
+            help=(
+                "Serve the kubelet device plugin (default: when --kube-socket's directory exists)."
+            ),
+            show_default=False,
+        ),
+    ] = None,
+    kube_socket: Annotated[
+        Path,
+        typer.Option(help="The kubelet's registration socket; plugin sockets go beside it."),
+    ] = Path("/var/lib/kubelet/device-plugins/kubelet.sock"),
+    pod_resources_socket: Annotated[
+        Path, typer.Option(help="The kubelet's PodResources socket.")
+    ] = Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+    shared: Annotated[bool, typer.Option(help="Serve the <base>.shared resource.")] = True,
+    sliced: Annotated[bool, typer.Option(help="Serve the <base>.sliced resource.")] = True,
+    partitioned: Annotated[
+        bool, typer.Option(help="Serve the <base>.partitioned resource.")
+    ] = True,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     log_json: Annotated[bool, typer.Option(help="Log JSON lines.")] = False,
 ) -> None:
-    """Sample accelerators every monitor period and serve /monitor/snapshot over HTTPS."""
+    """Sample accelerators every monitor period and serve /monitor/snapshot over HTTPS.
+
+    On a node with a kubelet it is also the kubelet device plugin: one resource per mode,
+    allocating and writing each Pod's allocation annotation.
+    """
     import trio
 
     from gpustack_cli import logs
     from gpustack_cli.dm_cmds import default_node_name, open_for, parse_duration
+    from gpustack_core.modes import AllocationMode
     from gpustack_devicemanager.daemon import ServeOptions, serve_until_signalled
 
+    dropped = {
+        mode
+        for mode, wanted in (
+            (AllocationMode.SHARED, shared),
+            (AllocationMode.SLICED, sliced),
+            (AllocationMode.PARTITIONED, partitioned),
+        )
+        if not wanted
+    }
     if bind_replayed_pids and simulate is None:
         raise typer.BadParameter(
             "--bind-replayed-pids needs --simulate: a real library's PIDs are never rebound"
@@ -342,6 +378,10 @@ def dm_serve(
         ),
         node_address=node_address,
         publish=publish,
+        device_plugin=device_plugin,
+        kube_socket=kube_socket,
+        pod_resources_socket=pod_resources_socket,
+        plugin_modes=frozenset(AllocationMode) - dropped,
     )
     trio.run(serve_until_signalled, options, backend)
 
