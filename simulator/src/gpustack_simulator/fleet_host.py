@@ -1,0 +1,196 @@
+"""Many simulated Device Managers in one process, for fleets no machine could run one by one.
+
+A Device Manager process costs about 90 MB and a second of CPU to import before it serves
+anything, so a thousand simulated nodes as a thousand processes do not fit on a laptop or a
+CI runner. Here each node's Device Manager is the unchanged :func:`gpustack_devicemanager.
+daemon.serve` — its own secure port on its own loopback address, its own node name, informer,
+monitor, exporter and certificate — but all of them run in one trio nursery, so the imports,
+the interpreter and the parsed recordings are paid once. Each member gets its own replay
+backend (its own replay clock and call counters) over a recording parsed once per file.
+
+This is simulator-only: a real node runs one ``device-manager serve`` per manufacturer, as
+its DaemonSet does. ``simulator up --fleet`` starts this module as one process::
+
+    python -m gpustack_simulator.fleet_host SPEC.json
+
+where ``SPEC.json`` holds the kubeconfig, the context, the monitor period and one entry per
+member (node, manufacturer, recording, proc root, address, port). SIGTERM or SIGINT stops all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from gpustack_devicemanager.daemon import Running, ServeOptions, serve
+from gpustack_kube.config import KubeConfig, load_config
+from gpustack_simulator.recording import Recording
+from gpustack_simulator.replay.backends import replay_backend
+from gpustack_simulator.replay.validate import load_replayable
+
+log = logging.getLogger("gpustack.simulator.fleet")
+
+STARTING_AT_ONCE = 16
+"""Members starting concurrently: enough to overlap their detect threads and binds, few
+enough that a thousand do not all generate keys and open watches in the same instant."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One node's Device Manager inside the fleet process."""
+
+    node: str
+    manufacturer: str
+    recording: str
+    proc_root: str
+    address: str
+    port: int
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """What the host runs: the members and the settings they share."""
+
+    members: tuple[Member, ...]
+    monitor_period: float = 15.0
+    kubeconfig: str | None = None
+    context: str | None = "device-manager"
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec file's JSON."""
+        return {
+            "monitorPeriod": self.monitor_period,
+            "kubeconfig": self.kubeconfig,
+            "context": self.context,
+            "members": [asdict(m) for m in self.members],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FleetSpec:
+        """Read the spec file's JSON back."""
+        return cls(
+            members=tuple(Member(**m) for m in data["members"]),
+            monitor_period=float(data.get("monitorPeriod", 15.0)),
+            kubeconfig=data.get("kubeconfig"),
+            context=data.get("context"),
+        )
+
+
+class Recordings:
+    """Each recording file parsed and validated once, however many members replay it."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, Recording] = {}
+
+    def get(self, path: str) -> Recording:
+        """The parsed recording at ``path`` (read on first use)."""
+        recording = self._parsed.get(path)
+        if recording is None:
+            recording = self._parsed[path] = load_replayable(Path(path))
+        return recording
+
+    def __len__(self) -> int:
+        return len(self._parsed)
+
+
+@dataclass
+class FleetRunning:
+    """What a caller learns once every member listens."""
+
+    members: list[Running]
+    recordings_parsed: int
+    shutdown: trio.Event
+
+
+def options_for(member: Member, monitor_period: float) -> ServeOptions:
+    """The member's ``device-manager serve`` flags, as one process of its own would get."""
+    return ServeOptions(
+        manufacturer=member.manufacturer,
+        node_name=member.node,
+        monitor_period=monitor_period,
+        secure_port=member.port,
+        bind_address=member.address,
+        proc_root=Path(member.proc_root),
+    )
+
+
+async def serve_fleet(
+    spec: FleetSpec,
+    *,
+    kube: KubeConfig | None = None,
+    task_status: trio.TaskStatus[FleetRunning] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run every member until ``FleetRunning.shutdown`` is set; one failing start fails all."""
+    if kube is None and spec.kubeconfig is not None:
+        kube = load_config(Path(spec.kubeconfig), context=spec.context)
+    recordings = Recordings()
+    shutdown = trio.Event()
+    running: list[Running | None] = [None] * len(spec.members)
+    starting = trio.CapacityLimiter(STARTING_AT_ONCE)
+
+    async with trio.open_nursery() as nursery:
+
+        async def start(index: int, member: Member) -> None:
+            async with starting:
+                backend = replay_backend(recordings.get(member.recording))
+                running[index] = await nursery.start(
+                    lambda task_status: serve(
+                        options_for(member, spec.monitor_period),
+                        backend,
+                        kube=kube,
+                        task_status=task_status,
+                    )
+                )
+
+        async with trio.open_nursery() as starters:
+            for index, member in enumerate(spec.members):
+                starters.start_soon(start, index, member)
+        members = [r for r in running if r is not None]
+        task_status.started(FleetRunning(members, len(recordings), shutdown))
+        await shutdown.wait()
+        for member_running in members:
+            member_running.shutdown.set()
+
+
+async def serve_until_signalled(spec: FleetSpec) -> None:
+    """The process's foreground mode: SIGTERM or SIGINT stops every member gracefully."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            fleet: FleetRunning = await nursery.start(
+                lambda task_status: serve_fleet(spec, task_status=task_status)
+            )
+            log.info(
+                "%d Device Managers listening (%d recordings parsed)",
+                len(fleet.members),
+                fleet.recordings_parsed,
+            )
+            async for signum in signals:
+                log.info("received %s, stopping", signal.Signals(signum).name)
+                fleet.shutdown.set()
+                break
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m gpustack_simulator.fleet_host SPEC.json``."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("spec", type=Path, help="the fleet spec (JSON) simulator up wrote")
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s %(message)s"
+    )
+    spec = FleetSpec.from_json(json.loads(args.spec.read_text()))
+    trio.run(serve_until_signalled, spec)
+
+
+if __name__ == "__main__":
+    main()

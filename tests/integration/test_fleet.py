@@ -1,0 +1,141 @@
+"""Fleet mode: a generated scenario that the unchanged checks accept, and many Device Managers
+in one process, each serving its own node over HTTPS.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from gpustack_core.snapshot import parse_snapshot
+from gpustack_kube.config import load_config
+from gpustack_simulator.fleet import FleetError, Mix, cards_of, generate, to_yaml
+from gpustack_simulator.fleet_host import FleetSpec, Member, serve_fleet
+from gpustack_simulator.procfs import write_procfs
+from gpustack_simulator.scenario import RECORDINGS_DIR, expand, parse_scenario
+from gpustack_simulator.testing import cluster_standin
+from gpustack_simulator.up import free_port
+
+H100 = "nvidia/h100-8x.yaml"
+
+
+def test_the_generated_fleet_validates_and_expands() -> None:
+    text = to_yaml(generate(nodes=4, instances=50, mix="exclusive=1,shared=3,none=1"))
+    scenario = parse_scenario(text, source="generated")
+    expanded = expand(scenario, base=RECORDINGS_DIR)
+    assert [dm.node for dm in expanded.device_managers] == [f"fleet-node-000{i}" for i in range(4)]
+    instances = scenario.document.instances
+    assert len(instances) == 50
+    assert {i.node for i in instances} == {f"fleet-node-000{i}" for i in range(4)}
+    grants = [
+        g.mode
+        for i in instances
+        if i.pod is not None
+        for c in i.pod.containers
+        for g in c.accelerators
+    ]
+    # 10 in 50 asked for a whole card, 30 for a share; 8 cards per node hold all of them.
+    assert grants.count("Exclusive") == 10
+    assert grants.count("Shared") == 30
+    assert text == to_yaml(generate(nodes=4, instances=50, mix="exclusive=1,shared=3,none=1"))
+
+
+def test_a_node_grants_only_what_its_cards_hold() -> None:
+    # 8 cards and 100 Exclusive Instances on one node: 7 whole cards, the 8th in 10 shares,
+    # the other 83 without an accelerator. The scenario checks accept the result.
+    document = generate(nodes=1, instances=100, mix="exclusive=1")
+    scenario = parse_scenario(to_yaml(document), source="generated")
+    expand(scenario, base=RECORDINGS_DIR)
+    modes = [
+        c.accelerators[0].mode if c.accelerators else None
+        for i in scenario.document.instances
+        if i.pod is not None
+        for c in i.pod.containers
+    ]
+    assert (modes.count("Exclusive"), modes.count("Shared"), modes.count(None)) == (7, 10, 83)
+    assert len(cards_of(H100)) == 8
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("exclusive=1,bogus=2", "not one of"),
+        ("exclusive", "MODE=WEIGHT"),
+        ("none=0", "every weight is zero"),
+    ],
+)
+def test_a_bad_mix_says_why(text: str, why: str) -> None:
+    with pytest.raises(FleetError, match=why):
+        Mix.parse(text)
+
+
+def test_the_mix_interleaves() -> None:
+    assert Mix.parse("exclusive=1,shared=2").deal(6) == [
+        "shared",
+        "exclusive",
+        "shared",
+        "shared",
+        "exclusive",
+        "shared",
+    ]
+
+
+async def test_members_in_one_process_each_serve_their_own_node(tmp_path: Path) -> None:
+    text = to_yaml(generate(nodes=3, instances=12, mix="exclusive=1,shared=1"))
+    scenario_file = tmp_path / "fleet.yaml"
+    scenario_file.write_text(text)
+    scenario = parse_scenario(text, source=str(scenario_file))
+    async with cluster_standin(scenario_file, tmp_path / "cluster") as cluster:
+        expanded = cluster.state.expanded
+        addresses = [f"127.0.0.{i + 2}" for i in range(3)]
+        port = free_port(addresses)
+        members = []
+        for dm, address in zip(expanded.device_managers, addresses, strict=True):
+            proc_root = tmp_path / "proc" / dm.node
+            write_procfs(proc_root, dict(expanded.procs(dm.node)))
+            cluster.state.bind_pod_address(dm.namespace, dm.name, address, port)
+            members.append(
+                Member(dm.node, dm.manufacturer, str(dm.recording), str(proc_root), address, port)
+            )
+        on: dict[str, set[str]] = {}
+        for instance in scenario.document.instances:
+            on.setdefault(instance.node, set()).add(instance.name)
+        spec = FleetSpec(tuple(members), monitor_period=1.0)
+        async with trio.open_nursery() as nursery:
+            fleet = await nursery.start(
+                lambda task_status: serve_fleet(
+                    spec,
+                    kube=load_config(cluster.kubeconfig, context="device-manager"),
+                    task_status=task_status,
+                )
+            )
+            assert fleet.recordings_parsed == 1  # three members, one recording, parsed once
+            async with httpx.AsyncClient(verify=False, trust_env=False, timeout=10) as client:
+                with trio.fail_after(30):
+                    for member in members:
+                        url = f"https://{member.address}:{port}/monitor/snapshot"
+                        while True:  # the first sample with the node's Pods known
+                            response = await client.get(url)
+                            assert response.status_code == 200
+                            if "slices" in response.json():
+                                break
+                            await trio.sleep(0.2)
+                        snapshot = parse_snapshot(response.content)
+                        [group] = snapshot.groups
+                        assert group.manufacturer == "nvidia"
+                        assert len(group.accelerators) == 8
+                        assert snapshot.slices is not None
+                        # Its exporter speaks for its own node and that node's Instances only.
+                        metrics = f"https://{member.address}:{port}/metrics"
+                        while True:
+                            body = (await client.get(metrics)).text
+                            if "gpustack_instance_cpu_used_millicores{" in body:
+                                break
+                            await trio.sleep(0.2)
+                        assert set(re.findall(r'node="([^"]+)"', body)) == {member.node}
+                        assert set(re.findall(r'instance_name="([^"]+)"', body)) == on[member.node]
+            fleet.shutdown.set()
