@@ -22,9 +22,9 @@ from pathlib import Path
 
 import grpc
 
-from gpustack_devicemanager.kubeletapi import deviceplugin_v1beta1_pb2 as dp
-from gpustack_devicemanager.kubeletapi import podresources_v1_pb2 as pr
-from gpustack_devicemanager.kubeletapi.api import (
+from gpustack_kube.kubeletapi import deviceplugin_v1beta1_pb2 as dp
+from gpustack_kube.kubeletapi import podresources_v1_pb2 as pr
+from gpustack_kube.kubeletapi.api import (
     DevicePluginClient,
     add_pod_resources,
     add_registration,

@@ -57,10 +57,10 @@ from gpustack_core.units import ceil_fraction
 from gpustack_devicemanager.deviceplugin.injection import Card, Injection, inject
 from gpustack_devicemanager.deviceplugin.plugin import AllocationRefusedError
 from gpustack_devicemanager.deviceplugin.state import PluginState, node_of
-from gpustack_devicemanager.kubeletapi import deviceplugin_v1beta1_pb2 as dp
-from gpustack_devicemanager.kubeletapi.api import list_pod_resources, unix_target
 from gpustack_devicemanager.podview import NodePod
 from gpustack_kube.client import KubeClient, KubeError, PatchType, retry_on_conflict
+from gpustack_kube.kubeletapi import deviceplugin_v1beta1_pb2 as dp
+from gpustack_kube.kubeletapi.api import list_pod_resources, unix_target
 from gpustack_kube.paths import PODS
 
 log = logging.getLogger("gpustack.devicemanager.deviceplugin")

@@ -36,9 +36,7 @@ def inventory_of(detection: Detection) -> Inventory:
         for d in detection.devices
     ]
     partitions = tuple(
-        Partition(p.id, d.id, p.profile)
-        for d in detection.devices
-        for p in d.partitions
+        Partition(p.id, d.id, p.profile) for d in detection.devices for p in d.partitions
     )
     grouped = groups_from_cards(detection.manufacturer, cards)
     return Inventory(groups=grouped.groups, partitions=partitions)

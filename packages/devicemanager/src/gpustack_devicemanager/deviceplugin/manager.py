@@ -28,8 +28,8 @@ from gpustack_devicemanager.deviceplugin.plugin import (
     AllocationRefusedError,
     ResourcePlugin,
 )
-from gpustack_devicemanager.kubeletapi import deviceplugin_v1beta1_pb2 as dp
-from gpustack_devicemanager.kubeletapi.api import VERSION, add_device_plugin, register, unix_target
+from gpustack_kube.kubeletapi import deviceplugin_v1beta1_pb2 as dp
+from gpustack_kube.kubeletapi.api import VERSION, add_device_plugin, register, unix_target
 
 log = logging.getLogger("gpustack.devicemanager.deviceplugin")
 

@@ -17,8 +17,8 @@ from gpustack_core.allocator import health, preferred
 from gpustack_core.modes import AllocationMode
 from gpustack_core.tokens import FUNGIBLE, parse_token_id
 from gpustack_devicemanager.deviceplugin.state import PluginState
-from gpustack_devicemanager.kubeletapi import deviceplugin_v1beta1_pb2 as dp
-from gpustack_devicemanager.kubeletapi.api import HEALTHY, UNHEALTHY
+from gpustack_kube.kubeletapi import deviceplugin_v1beta1_pb2 as dp
+from gpustack_kube.kubeletapi.api import HEALTHY, UNHEALTHY
 
 log = logging.getLogger("gpustack.devicemanager.deviceplugin")
 

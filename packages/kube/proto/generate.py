@@ -1,10 +1,10 @@
 """Regenerate the committed kubelet API modules from the ``.proto`` files beside this script.
 
-``python packages/devicemanager/proto/generate.py [OUT]`` writes ``*_pb2.py``, ``*_pb2.pyi`` and
+``python packages/kube/proto/generate.py [OUT]`` writes ``*_pb2.py``, ``*_pb2.pyi`` and
 ``*_pb2_grpc.py`` under ``OUT`` (default: the package's ``src``). The protos are mapped onto the
-import path ``gpustack_devicemanager/kubeletapi`` so the generated gRPC module imports its
+import path ``gpustack_kube/kubeletapi`` so the generated gRPC module imports its
 messages as a package module rather than as a top-level one that would not resolve. The test
-``tests/unit/test_kubeletapi_generated.py`` runs this into a temporary directory and compares.
+``tests/unit/kube/test_kubeletapi_generated.py`` runs this into a temporary directory and compares.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PACKAGE = "gpustack_devicemanager/kubeletapi"
+PACKAGE = "gpustack_kube/kubeletapi"
 PROTOS = ("deviceplugin_v1beta1.proto", "podresources_v1.proto")
 DEFAULT_OUT = HERE.parent / "src"
 

@@ -15,10 +15,10 @@ from typing import Protocol
 
 import grpc
 
-from gpustack_devicemanager.kubeletapi import deviceplugin_v1beta1_pb2 as dp
-from gpustack_devicemanager.kubeletapi import deviceplugin_v1beta1_pb2_grpc as dp_grpc
-from gpustack_devicemanager.kubeletapi import podresources_v1_pb2 as pr
-from gpustack_devicemanager.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
+from gpustack_kube.kubeletapi import deviceplugin_v1beta1_pb2 as dp
+from gpustack_kube.kubeletapi import deviceplugin_v1beta1_pb2_grpc as dp_grpc
+from gpustack_kube.kubeletapi import podresources_v1_pb2 as pr
+from gpustack_kube.kubeletapi import podresources_v1_pb2_grpc as pr_grpc
 
 VERSION = "v1beta1"
 """The device-plugin API version a plugin registers with."""

@@ -8,12 +8,12 @@ from types import ModuleType
 
 import pytest
 
-from gpustack_devicemanager.kubeletapi import deviceplugin_v1beta1_pb2 as dp
-from gpustack_devicemanager.kubeletapi import podresources_v1_pb2 as pr
+from gpustack_kube.kubeletapi import deviceplugin_v1beta1_pb2 as dp
+from gpustack_kube.kubeletapi import podresources_v1_pb2 as pr
 
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "packages/devicemanager/proto/generate.py"
-COMMITTED = ROOT / "packages/devicemanager/src"
+SCRIPT = ROOT / "packages/kube/proto/generate.py"
+COMMITTED = ROOT / "packages/kube/src"
 
 
 def _generator() -> ModuleType:
