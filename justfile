@@ -122,6 +122,6 @@ chart-template values="clusters/kind/values-simulate.yaml": tools-helm
 e2e-kind: setup tools-helm
     bash clusters/kind/e2e.sh
 
-# Regenerate the committed kubelet API modules (device plugin v1beta1, PodResources v1) from packages/devicemanager/proto.
+# Regenerate the committed kubelet API modules (device plugin v1beta1, PodResources v1) from packages/kube/proto.
 proto: setup
-    uv run --frozen --no-sync python packages/devicemanager/proto/generate.py
+    uv run --frozen --no-sync python packages/kube/proto/generate.py
