@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 import trustme
@@ -92,7 +93,8 @@ async def webhook_server(tmp_path: Path) -> AsyncIterator[WebhookServer]:
     """Serve the behaviours below over HTTPS for the duration of the block.
 
     ``/mutate`` adds the label ``admitted-by=mutator``; ``/scale`` sets ``spec.replicas`` to
-    100; ``/allow`` allows; ``/deny`` denies
+    100; ``/count-labels`` records the number of labels in the annotation ``test/labels``;
+    ``/warn`` allows with two warnings; ``/allow`` allows; ``/deny`` denies
     with message ``no thanks`` and the code/reason the object's ``test/deny-code`` and
     ``test/deny-reason`` annotations name (none by default); ``/slow`` allows after the
     seconds in ``test/slow``.
@@ -119,6 +121,17 @@ async def webhook_server(tmp_path: Path) -> AsyncIterator[WebhookServer]:
             )
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(json.dumps([op]).encode()).decode()
+        elif behaviour == "count-labels":
+            meta = req["object"].get("metadata") or {}
+            counted = {
+                **(meta.get("annotations") or {}),
+                "test/labels": str(len(meta.get("labels") or {})),
+            }
+            op = {"op": "add", "path": "/metadata/annotations", "value": counted}
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps([op]).encode()).decode()
+        elif behaviour == "warn":
+            response["warnings"] = ["think twice", 'a "quoted" word']
         elif behaviour == "scale":
             op = {"op": "replace", "path": "/spec/replicas", "value": 100}
             response["patchType"] = "JSONPatch"
@@ -522,6 +535,87 @@ async def test_kubectl_server_side_dry_run(cluster: RunningCluster, tmp_path: Pa
     assert shown.strip() == "pod/rehearsed created (server dry run)"
     listed = await _kubectl(cluster, "get", "pods", "-n", "default", "-o", "name")
     assert "pod/rehearsed" not in listed
+
+
+@pytest.mark.parametrize(("policy", "calls", "counted"), [("Never", 1, "0"), ("IfNeeded", 2, "1")])
+async def test_reinvocation_if_needed_sees_a_later_webhooks_change(
+    kube: KubeClient, hooks: WebhookServer, policy: str, calls: int, counted: str
+) -> None:
+    # Configurations run in name order: the counter first, then the labeller changes the object.
+    await register(
+        kube,
+        "MutatingWebhookConfiguration",
+        "a-counter",
+        webhook("count.example.test", hooks.client("/count-labels"), reinvocationPolicy=policy),
+    )
+    await register(
+        kube,
+        "MutatingWebhookConfiguration",
+        "b-labeller",
+        webhook("label.example.test", hooks.client("/mutate")),
+    )
+    created = await kube.create(PODS, pod("counted"))
+    assert created["metadata"]["labels"] == {"admitted-by": "mutator"}
+    assert created["metadata"]["annotations"]["test/labels"] == counted
+    assert len(hooks.seen("/count-labels")) == calls
+    assert len(hooks.seen("/mutate")) == 1
+
+
+async def test_webhook_warnings_reach_the_client_as_warning_headers(
+    cluster: RunningCluster, hooks: WebhookServer, kube: KubeClient
+) -> None:
+    await register(
+        kube,
+        "ValidatingWebhookConfiguration",
+        "warner",
+        webhook("warn.example.test", hooks.client("/warn")),
+    )
+    config = parse_kubeconfig(cluster.kubeconfig)
+    async with httpx.AsyncClient(
+        base_url=config.server,
+        verify=config.ssl_context(),
+        headers={"Authorization": f"Bearer {config.token}"},
+    ) as http:
+        answer = await http.post(PODS, json=pod("warned"))
+    assert answer.status_code == 201
+    assert answer.headers.get_list("Warning") == [
+        '299 - "think twice"',
+        '299 - "a \\"quoted\\" word"',
+    ]
+
+
+@needs_kubectl
+async def test_kubectl_prints_webhook_warnings(
+    cluster: RunningCluster, hooks: WebhookServer, kube: KubeClient, tmp_path: Path
+) -> None:
+    await register(
+        kube,
+        "ValidatingWebhookConfiguration",
+        "warner",
+        webhook("warn.example.test", hooks.client("/warn")),
+    )
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(pod("warned-kubectl")))
+    assert KUBECTL is not None
+    done = await trio.run_process(
+        [
+            KUBECTL,
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "create",
+            "--validate=false",
+            "-f",
+            str(manifest),
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stderr.decode().splitlines() == [
+        "Warning: think twice",
+        'Warning: a "quoted" word',
+    ]
 
 
 # -- failure policy, certificates, timeouts ------------------------------------------------------

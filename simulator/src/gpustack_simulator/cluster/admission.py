@@ -25,9 +25,8 @@ What the stand-in does differently, and why nothing here depends on it:
   ``<name>.<namespace>.svc``, the name kube-apiserver verifies.
 - ``admissionReviewVersions`` must include ``v1``: the stand-in speaks no ``v1beta1``.
 - ``matchPolicy: Equivalent`` matches the request's own group and version only (the stand-in
-  serves one version per resource), ``reinvocationPolicy: IfNeeded`` is stored but mutating
-  webhooks are not re-run, ``matchConditions`` are not evaluated, response ``warnings`` are
-  not forwarded.
+  serves one version per resource), ``matchConditions`` are not evaluated, and response
+  ``warnings`` reach the client only with a successful write (a refusal's are dropped).
 - Only writes that arrive through the API are admitted: the node simulator's binding and
   status updates, garbage collection and the Endpoints controller write the store directly.
 - Webhook configurations themselves are never admitted, as on a cluster (no webhook can lock
@@ -322,6 +321,8 @@ class Attributes:
     dry_run: bool = False
     """``?dryRun=All``: webhooks are told, and nothing is stored (``sideEffects`` in v1 are
     always ``None`` or ``NoneOnDryRun``, so every webhook may be called)."""
+    warnings: list[str] = field(default_factory=list)
+    """The webhooks' response ``warnings``, in call order, for the client's Warning headers."""
 
 
 @dataclass(frozen=True)
@@ -438,36 +439,49 @@ class Admission:
     # -- the two phases ----------------------------------------------------------------------
 
     async def mutate(self, attrs: Attributes) -> None:
-        """Run the mutating webhooks in order, applying each one's patch to ``attrs.obj``."""
-        for hook in self.hooks(MUTATING):
+        """Run the mutating webhooks in order, applying each one's patch to ``attrs.obj``.
+
+        Selection is judged on the object as the earlier webhooks left it. A webhook with
+        ``reinvocationPolicy: IfNeeded`` is called once more, in a second pass in the same
+        order, when a webhook after it changed the object, as kube-apiserver re-invokes it.
+        """
+        after: dict[int, Any] = {}
+        hooks = self.hooks(MUTATING)
+        for index, hook in enumerate(hooks):
             if not self.selected(hook, attrs):
                 continue
-            response = await self._call_or_fail(hook, attrs)
-            if response is None:
-                continue
-            if not response.get("allowed"):
-                raise denied(hook.name, response.get("status"), attrs)
-            raw = response.get("patch")
-            if not raw:
-                continue
-            if attrs.obj is None:
-                raise internal(
-                    f'admission webhook "{hook.name}" attempted to modify the object, which '
-                    "is not supported for this operation"
-                )
-            try:
-                operations = msgspec.json.decode(base64.b64decode(raw, validate=True))
-                patched = patching.json_patch(attrs.obj, operations)
-            except (binascii.Error, msgspec.DecodeError, patching.PatchError, TypeError) as exc:
-                raise internal(
-                    f'admission webhook "{hook.name}" returned a patch that '
-                    f"cannot be applied: {exc}"
-                ) from exc
-            if not isinstance(patched, dict):
-                raise internal(
-                    f'admission webhook "{hook.name}" patched the object into a non-object'
-                )
-            attrs.obj = patched
+            await self._mutate_once(hook, attrs)
+            if hook.spec.get("reinvocationPolicy") == "IfNeeded":
+                after[index] = copy.deepcopy(attrs.obj)
+        for index, hook in enumerate(hooks):
+            if index in after and attrs.obj != after[index] and self.selected(hook, attrs):
+                await self._mutate_once(hook, attrs)
+
+    async def _mutate_once(self, hook: Hook, attrs: Attributes) -> None:
+        response = await self._call_or_fail(hook, attrs)
+        if response is None:
+            return
+        attrs.warnings += _warnings(response)
+        if not response.get("allowed"):
+            raise denied(hook.name, response.get("status"), attrs)
+        raw = response.get("patch")
+        if not raw:
+            return
+        if attrs.obj is None:
+            raise internal(
+                f'admission webhook "{hook.name}" attempted to modify the object, which '
+                "is not supported for this operation"
+            )
+        try:
+            operations = msgspec.json.decode(base64.b64decode(raw, validate=True))
+            patched = patching.json_patch(attrs.obj, operations)
+        except (binascii.Error, msgspec.DecodeError, patching.PatchError, TypeError) as exc:
+            raise internal(
+                f'admission webhook "{hook.name}" returned a patch that cannot be applied: {exc}'
+            ) from exc
+        if not isinstance(patched, dict):
+            raise internal(f'admission webhook "{hook.name}" patched the object into a non-object')
+        attrs.obj = patched
 
     async def validate(self, attrs: Attributes) -> None:
         """Run the validating webhooks concurrently; the first denial in order is raised."""
@@ -475,6 +489,7 @@ class Admission:
         if not hooks:
             return
         outcomes: list[StatusError | None] = [None] * len(hooks)
+        warned: list[list[str]] = [[] for _ in hooks]
 
         async def one(index: int, hook: Hook) -> None:
             try:
@@ -482,12 +497,17 @@ class Admission:
             except StatusError as error:
                 outcomes[index] = error
                 return
-            if response is not None and not response.get("allowed"):
+            if response is None:
+                return
+            warned[index] = _warnings(response)
+            if not response.get("allowed"):
                 outcomes[index] = denied(hook.name, response.get("status"), attrs)
 
         async with trio.open_nursery() as nursery:
             for index, hook in enumerate(hooks):
                 nursery.start_soon(one, index, hook)
+        for found in warned:
+            attrs.warnings += found
         for outcome in outcomes:
             if outcome is not None:
                 raise outcome
@@ -677,6 +697,12 @@ def _request(uid: str, attrs: Attributes) -> dict[str, Any]:
     if attrs.namespace:
         request["namespace"] = attrs.namespace
     return request
+
+
+def _warnings(response: Mapping[str, Any]) -> list[str]:
+    """The response's ``warnings``, each as the text kube-apiserver forwards to the client."""
+    found = response.get("warnings") or []
+    return [str(w) for w in found] if isinstance(found, list) else []
 
 
 def _check_response(hook: Hook, uid: str, payload: bytes) -> dict[str, Any]:

@@ -61,10 +61,16 @@ class ObjectRoutes(RouteBase):
         subresource = sub or ""
         if method == "POST" and name is None:
             self.authorize(caller, "create", plural, group=group, namespace=namespace)
+            warned: list[str] = []
             created = await self.api.admitted_create(
-                resource, namespace, await self._body(), caller.user_info(), dry_run=_dry_run()
+                resource,
+                namespace,
+                await self._body(),
+                caller.user_info(),
+                dry_run=_dry_run(),
+                warnings=warned,
             )
-            return json_response(created, 201)
+            return _warned(json_response(created, 201), warned)
         if name is None:
             if method == "DELETE":
                 return await self._delete_collection(caller, resource, namespace)
@@ -80,17 +86,18 @@ class ObjectRoutes(RouteBase):
                 name=name,
             )
             body = await self._body()
-            return json_response(
-                await self.api.admitted_replace(
-                    resource,
-                    namespace,
-                    name,
-                    body,
-                    caller.user_info(),
-                    subresource=subresource,
-                    dry_run=_dry_run(),
-                )
+            warned = []
+            replaced = await self.api.admitted_replace(
+                resource,
+                namespace,
+                name,
+                body,
+                caller.user_info(),
+                subresource=subresource,
+                dry_run=_dry_run(),
+                warnings=warned,
             )
+            return _warned(json_response(replaced), warned)
         if method == "PATCH":
             self.authorize(
                 caller,
@@ -103,30 +110,32 @@ class ObjectRoutes(RouteBase):
             )
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
             body = await self._body()
-            return json_response(
-                await self.api.admitted_patch(
-                    resource,
-                    namespace,
-                    name,
-                    body,
-                    content_type,
-                    caller.user_info(),
-                    subresource=subresource,
-                    dry_run=_dry_run(),
-                )
+            warned = []
+            patched = await self.api.admitted_patch(
+                resource,
+                namespace,
+                name,
+                body,
+                content_type,
+                caller.user_info(),
+                subresource=subresource,
+                dry_run=_dry_run(),
+                warnings=warned,
             )
+            return _warned(json_response(patched), warned)
         if method == "DELETE" and sub is None:
             self.authorize(caller, "delete", plural, group=group, namespace=namespace, name=name)
-            return json_response(
-                await self.api.admitted_delete(
-                    resource,
-                    namespace,
-                    name,
-                    await self._delete_options(),
-                    caller.user_info(),
-                    dry_run=_dry_run(),
-                )
+            warned = []
+            deleted = await self.api.admitted_delete(
+                resource,
+                namespace,
+                name,
+                await self._delete_options(),
+                caller.user_info(),
+                dry_run=_dry_run(),
+                warnings=warned,
             )
+            return _warned(json_response(deleted), warned)
         raise self._not_allowed()
 
     async def _delete_collection(
@@ -294,6 +303,14 @@ class ObjectRoutes(RouteBase):
         response = Response(stream(), status=200, content_type=JSON)
         response.timeout = None
         return response
+
+
+def _warned(response: Response, warnings: list[str]) -> Response:
+    """Each admission warning as the ``Warning: 299 - "<text>"`` header kubectl prints."""
+    for text in warnings:
+        quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+        response.headers.add("Warning", f'299 - "{quoted}"')
+    return response
 
 
 def _dry_run() -> bool:
