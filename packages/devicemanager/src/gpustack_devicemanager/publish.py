@@ -32,6 +32,7 @@ from gpustack_core import contract
 from gpustack_core.devices import GroupSpec, LedgerGroup
 from gpustack_core.features import (
     ACCELERATABLE_PREFIX,
+    NODE_ACCELERATABLE,
     Card,
     Grouped,
     Partition,
@@ -128,6 +129,27 @@ def merged_groups(
     return sorted(merged, key=lambda g: (str(g.get("manufacturer", "")), str(g.get("id", ""))))
 
 
+def merged_labels(
+    stored: Mapping[str, str], manufacturer: str, mine: Mapping[str, str]
+) -> dict[str, str]:
+    """The shared NodeFeature's labels with this manufacturer's replaced by ``mine``.
+
+    This manufacturer's keys are ``…/<mfr>``, ``…/<mfr>.*`` and ``…/<mfr>-*``; another
+    Device Manager's keys are kept as stored. ``feature.gpustack.ai/acceleratable`` stays
+    while any manufacturer's key does.
+    """
+    own = ACCELERATABLE_PREFIX + manufacturer
+
+    def owned(key: str) -> bool:
+        return key == own or key.startswith((own + ".", own + "-"))
+
+    merged = {k: v for k, v in stored.items() if not owned(k) and k != NODE_ACCELERATABLE}
+    merged.update(mine)
+    if any(k.startswith(ACCELERATABLE_PREFIX) for k in merged):
+        merged[NODE_ACCELERATABLE] = "true"
+    return merged
+
+
 def devices_labels(
     current: Mapping[str, str],
     manufacturer: str,
@@ -205,9 +227,9 @@ class Publisher:
                 self.writes += 1
                 return True
             meta = current.get("metadata") or {}
-            if ((current.get("spec") or {}).get("labels") or {}) == labels and (
-                meta.get("labels") or {}
-            ).get(NODE_NAME_LABEL) == self.node:
+            stored = (current.get("spec") or {}).get("labels") or {}
+            merged = merged_labels(stored, self.manufacturer, labels)
+            if stored == merged and (meta.get("labels") or {}).get(NODE_NAME_LABEL) == self.node:
                 return False
             updated = dict(current)
             updated["metadata"] = {
@@ -215,7 +237,7 @@ class Publisher:
                 "labels": {**(meta.get("labels") or {}), NODE_NAME_LABEL: self.node},
                 "ownerReferences": meta.get("ownerReferences") or [self._owner()],
             }
-            updated["spec"] = {**(current.get("spec") or {}), "labels": labels}
+            updated["spec"] = {**(current.get("spec") or {}), "labels": merged}
             await self.client.update(path, updated)
             self.writes += 1
             return True

@@ -334,7 +334,7 @@ class _Expander:
                 "uid": _uid("node", node.name),
                 "creationTimestamp": _stamp(self.doc.epoch, -86_400),
                 "labels": labels,
-                "annotations": {},
+                "annotations": dict(node.annotations),
             },
             "spec": {"podCIDR": f"10.42.{index}.0/24", "podCIDRs": [f"10.42.{index}.0/24"]},
             "status": {

@@ -120,6 +120,8 @@ class NodeDoc(_Authored, frozen=True, kw_only=True):
     name: str
     addresses: dict[str, str] = {}
     labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    """E.g. ``feature.gpustack.ai/cpu-name``, the CPU model NFD's rule reports on a Node."""
     capacity: dict[str, Quantity] = {}
     device_managers: tuple[DeviceManagerDoc, ...] = ()
 
