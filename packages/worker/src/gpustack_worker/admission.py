@@ -40,7 +40,6 @@ from typing import Any, Final, Literal
 import msgspec
 import trio
 
-from gpustack_core.contract import API_GROUP, CRD_VERSION
 from gpustack_core.decoding import ContractError, convert, decode_json
 from gpustack_core.devices import DevicesSpec, GroupSpec
 from gpustack_core.modes import AllocationMode
@@ -54,7 +53,7 @@ from gpustack_core.requests import (
 )
 from gpustack_core.resources import ResourceNames
 from gpustack_kube.client import KubeClient, KubeError
-from gpustack_kube.paths import Resource
+from gpustack_kube.paths import DEVICES
 
 log = logging.getLogger("gpustack.worker.admission")
 
@@ -72,9 +71,6 @@ room for the largest real one and bounds what an unauthenticated peer can make u
 
 DEVICES_TTL: Final = 5.0
 """Seconds a read of the ``Devices`` list answers later reviews."""
-
-DEVICES: Final = Resource(API_GROUP, CRD_VERSION, "devices", namespaced=False)
-"""The cluster-scoped ``Devices`` objects (defined here: ``gpustack_kube.paths`` has none yet)."""
 
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 REVIEW_VERSION: Final = "admission.k8s.io/v1"
