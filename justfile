@@ -100,8 +100,9 @@ tools-actionlint:
 chart-crds:
     cp clusters/crds/instances.worker.gpustack.ai.yaml clusters/chart/crds/
     cp clusters/crds/devices.worker.gpustack.ai.yaml clusters/chart/crds/
+    cp clusters/crds/instancetypes.worker.gpustack.ai.yaml clusters/chart/crds/
 
-# Regenerate the Instance CRD's schema (and its chart copy) from gpustack_core.instance.
+# Regenerate the Instance and InstanceType CRDs' schemas (and chart copies) from their structs.
 instance-crd: setup
     uv run --frozen --no-sync python clusters/instance_crd.py --write
 

@@ -30,7 +30,11 @@ from chart_helm import (
 from gpustack_core.modes import Manufacturer
 from gpustack_vendors.loading import LibraryUnavailableError, open_backend
 
-CRD_NAMES = ("devices.worker.gpustack.ai.yaml", "instances.worker.gpustack.ai.yaml")
+CRD_NAMES = (
+    "devices.worker.gpustack.ai.yaml",
+    "instances.worker.gpustack.ai.yaml",
+    "instancetypes.worker.gpustack.ai.yaml",
+)
 CERT_MANAGER = {("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v1", "Issuer")}
 VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[Path, ...]]] = {
     "defaults": ({}, ()),

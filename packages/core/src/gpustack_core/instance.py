@@ -37,7 +37,7 @@ _QUANTITY_PATTERN: Final = (
 )
 
 
-def _quantity(description: str) -> Meta:
+def quantity_meta(description: str) -> Meta:
     """A ``resource.Quantity`` as controller-gen writes it: ``8``, ``"500m"`` and ``64Gi``."""
     return Meta(
         description=description,
@@ -112,12 +112,12 @@ class Resources(Wire, frozen=True, kw_only=True):
     requested through an Instance.
     """
 
-    cpu: Annotated[Quantity, _quantity("CPU limit (cores).")] | None = None
-    ram: Annotated[Quantity, _quantity("Memory limit.")] | None = None
-    local_storage: Annotated[Quantity, _quantity("Ephemeral storage limit.")] | None = None
-    accelerator: Annotated[Quantity, _quantity("How many accelerators (1 when sliced).")] | None = (
-        None
-    )
+    cpu: Annotated[Quantity, quantity_meta("CPU limit (cores).")] | None = None
+    ram: Annotated[Quantity, quantity_meta("Memory limit.")] | None = None
+    local_storage: Annotated[Quantity, quantity_meta("Ephemeral storage limit.")] | None = None
+    accelerator: (
+        Annotated[Quantity, quantity_meta("How many accelerators (1 when sliced).")] | None
+    ) = None
     accelerator_sliced_memory_percentage: (
         Annotated[int, Meta(ge=1, le=100, description="A slice's share of the card's memory.")]
         | None
@@ -156,7 +156,7 @@ def resources_of(obj: Mapping[str, Any], *, what: str) -> Resources:
 class Ephemeral(Wire, frozen=True, kw_only=True):
     """A workspace that lives as long as the Pod."""
 
-    capacity: Annotated[Quantity, _quantity("The workspace's size.")] | None = None
+    capacity: Annotated[Quantity, quantity_meta("The workspace's size.")] | None = None
 
 
 class Volume(Wire, frozen=True, kw_only=True):

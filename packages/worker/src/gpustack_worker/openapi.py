@@ -29,6 +29,7 @@ import msgspec
 from gpustack_core.crdschema import structural_schema
 from gpustack_core.instance import InstanceSpec, InstanceStatus
 from gpustack_core.instance_metrics import InstanceMetrics
+from gpustack_core.instancetype import InstanceTypeSpec, InstanceTypeStatus
 from gpustack_worker.discovery import (
     GROUP,
     INSTANCE_KIND,
@@ -62,6 +63,21 @@ _OP: Final = "WorkerGpustackAiV1"
 
 def _string(description: str, **extra: Any) -> dict[str, Any]:
     return {"type": "string", "description": description, **extra}
+
+
+def instancetype_crd_schema() -> dict[str, Any]:
+    """The InstanceType CRD's ``openAPIV3Schema``, from ``gpustack_core.instancetype``."""
+    return {
+        "type": "object",
+        "description": "What an Instance's spec.type names: its pool and accelerator.",
+        "properties": {
+            "apiVersion": _string("The versioned schema of this representation of an object."),
+            "kind": _string("The REST resource this object represents, in CamelCase."),
+            "metadata": {"type": "object"},
+            "spec": structural_schema(InstanceTypeSpec),
+            "status": structural_schema(InstanceTypeStatus),
+        },
+    }
 
 
 def instance_crd_schema() -> dict[str, Any]:

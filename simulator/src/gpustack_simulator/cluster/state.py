@@ -24,6 +24,10 @@ INSTANCE_CRD = RECORDINGS_DIR.parent / "clusters" / "crds" / "instances.worker.g
 """The project's Instance CRD: Instances written through the stand-in are validated by it."""
 DEVICES_CRD = RECORDINGS_DIR.parent / "clusters" / "crds" / "devices.worker.gpustack.ai.yaml"
 """The project's Devices CRD (cluster-scoped, one per node), served and validated the same way."""
+INSTANCETYPES_CRD = (
+    RECORDINGS_DIR.parent / "clusters" / "crds" / "instancetypes.worker.gpustack.ai.yaml"
+)
+"""The InstanceType CRD (cluster-scoped): what an Instance's ``spec.type`` names."""
 
 
 class Clock(Protocol):
@@ -96,7 +100,7 @@ class ClusterState:
 
     def __post_init__(self) -> None:
         self.faults = list(self.expanded.faults)
-        for crd in (INSTANCE_CRD, DEVICES_CRD):
+        for crd in (INSTANCE_CRD, DEVICES_CRD, INSTANCETYPES_CRD):
             if crd.is_file():
                 # The chart's CRDs, so a written object is checked as a cluster checks it.
                 for resource in from_crd(yaml.safe_load(crd.read_text())):
