@@ -10,7 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+from typer.testing import CliRunner
 
+from gpustack_cli.main import app
 from gpustack_core.snapshot import parse_snapshot
 from gpustack_kube.config import load_config
 from gpustack_simulator.fleet import FleetError, Mix, cards_of, generate, to_yaml
@@ -18,7 +20,7 @@ from gpustack_simulator.fleet_host import FleetSpec, Member, serve_fleet
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.scenario import RECORDINGS_DIR, expand, parse_scenario
 from gpustack_simulator.testing import cluster_standin
-from gpustack_simulator.up import free_port
+from gpustack_simulator.up import free_port, loopback_address
 
 H100 = "nvidia/h100-8x.yaml"
 
@@ -139,3 +141,25 @@ async def test_members_in_one_process_each_serve_their_own_node(tmp_path: Path) 
                         assert set(re.findall(r'node="([^"]+)"', body)) == {member.node}
                         assert set(re.findall(r'instance_name="([^"]+)"', body)) == on[member.node]
             fleet.shutdown.set()
+
+
+def test_every_member_gets_its_own_loopback_address() -> None:
+    addresses = [loopback_address(i) for i in range(5000)]
+    assert addresses[:2] == ["127.0.0.2", "127.0.0.3"]  # as before for small scenarios
+    assert addresses[252:254] == ["127.0.0.254", "127.0.1.1"]
+    assert len(set(addresses)) == len(addresses)
+    assert not [a for a in addresses if a.endswith((".0", ".255"))]
+
+
+def test_the_cli_writes_a_scenario_the_checks_accept(tmp_path: Path) -> None:
+    out = tmp_path / "fleet.yaml"
+    result = CliRunner().invoke(
+        app, ["simulator", "fleet", "--nodes", "2", "--instances", "5", "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    scenario = parse_scenario(out.read_text(), source=str(out))
+    assert len(scenario.document.nodes) == 2
+    assert len(scenario.document.instances) == 5
+    refused = CliRunner().invoke(app, ["simulator", "fleet", "--mix", "bogus=1"])
+    assert refused.exit_code == 2
+    assert "not one of exclusive, shared, none" in refused.output

@@ -105,6 +105,12 @@ def node_name(index: int, width: int) -> str:
     return f"fleet-node-{index:0{width}d}"
 
 
+def _internal_ip(index: int) -> str:
+    """Node ``index``'s InternalIP in 10.0.0.0/8: 10.0.0.1 …, never a ``.0`` or ``.255``."""
+    block, host = divmod(index, 254)
+    return f"10.{(block >> 8) & 255}.{block & 255}.{host + 1}"
+
+
 def _grants(modes: Sequence[str], cards: Sequence[str]) -> list[tuple[str, str] | None]:
     """Each Instance's (mode, card) on one node, or ``None`` for no accelerator.
 
@@ -176,7 +182,7 @@ def generate(
         node_docs.append(
             {
                 "name": name,
-                "addresses": {"InternalIP": f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}"},
+                "addresses": {"InternalIP": _internal_ip(i)},
                 "deviceManagers": [
                     {"manufacturer": recording.split("/", 1)[0], "recording": recording}
                 ],

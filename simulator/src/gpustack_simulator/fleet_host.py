@@ -22,8 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -64,6 +66,8 @@ class FleetSpec:
     monitor_period: float = 15.0
     kubeconfig: str | None = None
     context: str | None = "device-manager"
+    publish: bool = True
+    """Whether members publish their NodeFeature and ``Devices`` group (``--no-publish``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The spec file's JSON."""
@@ -71,6 +75,7 @@ class FleetSpec:
             "monitorPeriod": self.monitor_period,
             "kubeconfig": self.kubeconfig,
             "context": self.context,
+            "publish": self.publish,
             "members": [asdict(m) for m in self.members],
         }
 
@@ -82,6 +87,7 @@ class FleetSpec:
             monitor_period=float(data.get("monitorPeriod", 15.0)),
             kubeconfig=data.get("kubeconfig"),
             context=data.get("context"),
+            publish=bool(data.get("publish", True)),
         )
 
 
@@ -111,7 +117,19 @@ class FleetRunning:
     shutdown: trio.Event
 
 
-def options_for(member: Member, monitor_period: float) -> ServeOptions:
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def seconds_of(text: str) -> float:
+    """``2s``, ``500ms``, ``1m`` or plain seconds, as ``--monitor-period`` takes them."""
+    match = _DURATION.match(text.strip())
+    if match is None or float(match[1]) <= 0:
+        raise ValueError(f"{text!r} is not a positive duration like 15s, 1m or 500ms")
+    return float(match[1]) * _SCALE[match[2]]
+
+
+def options_for(member: Member, monitor_period: float, *, publish: bool = True) -> ServeOptions:
     """The member's ``device-manager serve`` flags, as one process of its own would get."""
     return ServeOptions(
         manufacturer=member.manufacturer,
@@ -120,6 +138,7 @@ def options_for(member: Member, monitor_period: float) -> ServeOptions:
         secure_port=member.port,
         bind_address=member.address,
         proc_root=Path(member.proc_root),
+        publish=publish,
     )
 
 
@@ -144,7 +163,7 @@ async def serve_fleet(
                 backend = replay_backend(recordings.get(member.recording))
                 running[index] = await nursery.start(
                     lambda task_status: serve(
-                        options_for(member, spec.monitor_period),
+                        options_for(member, spec.monitor_period, publish=spec.publish),
                         backend,
                         kube=kube,
                         task_status=task_status,
@@ -161,16 +180,28 @@ async def serve_fleet(
             member_running.shutdown.set()
 
 
+def resident_mib() -> float:
+    """The resident set of this process now (``VmRSS`` from ``/proc/self/status``), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 async def serve_until_signalled(spec: FleetSpec) -> None:
     """The process's foreground mode: SIGTERM or SIGINT stops every member gracefully."""
+    started = time.monotonic()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             fleet: FleetRunning = await nursery.start(
                 lambda task_status: serve_fleet(spec, task_status=task_status)
             )
             log.info(
-                "%d Device Managers listening (%d recordings parsed)",
+                "%d Device Managers listening %.1f s after start (RSS %.0f MiB, %d recordings "
+                "parsed)",
                 len(fleet.members),
+                time.monotonic() - started,
+                resident_mib(),
                 fleet.recordings_parsed,
             )
             async for signum in signals:
@@ -188,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s %(message)s"
     )
+    log.setLevel(logging.INFO)  # the host's own start line, whatever the members' level
     spec = FleetSpec.from_json(json.loads(args.spec.read_text()))
     trio.run(serve_until_signalled, spec)
 

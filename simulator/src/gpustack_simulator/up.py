@@ -33,6 +33,7 @@ import httpx
 
 from gpustack_core.decoding import ContractError
 from gpustack_kube.certs import self_signed
+from gpustack_simulator.fleet_host import FleetSpec, Member, seconds_of
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.scenario import (
     RECORDINGS_DIR,
@@ -124,6 +125,16 @@ def free_port(hosts: Sequence[str]) -> int:
             continue
         return port
     raise UpError(f"no port is free on all of {', '.join(hosts)}")
+
+
+def loopback_address(index: int) -> str:
+    """The ``index``-th Device Manager's address: 127.0.0.2 … 127.0.0.254, then 127.0.1.1 ….
+
+    ``.0`` and ``.255`` of each /24 are skipped (some tools refuse them as host addresses), so
+    a fleet of thousands still gets one address each on Linux's loopback /8.
+    """
+    block, host = divmod(index + 1, 254)
+    return f"127.{(block >> 8) & 255}.{block & 255}.{host + 1}"
 
 
 def _command(*args: str) -> list[str]:
@@ -364,14 +375,101 @@ def _start_device_managers(
     return managers
 
 
+def _start_fleet(
+    expanded: Expanded,
+    addresses: list[str],
+    dm_port: int,
+    state_dir: Path,
+    kubeconfig: Path,
+    monitor_period: str,
+    started: list[_Started],
+) -> list[DeviceManagerEndpoint]:
+    """Every scenario Device Manager in one fleet-host process (fleet_host.py), on its address.
+
+    The members are the same daemon with the same flags as the one-process-each path; only
+    the interpreter, the imports and the parsed recordings are shared, so a thousand nodes fit.
+    """
+    members: list[Member] = []
+    managers: list[DeviceManagerEndpoint] = []
+    for dm, address in zip(expanded.device_managers, addresses, strict=True):
+        proc_root = state_dir / "proc" / dm.node
+        if not proc_root.exists():
+            write_procfs(proc_root, dict(expanded.procs(dm.node)))
+        members.append(
+            Member(dm.node, dm.manufacturer, str(dm.recording), str(proc_root), address, dm_port)
+        )
+        base = f"https://{address}:{dm_port}"
+        managers.append(
+            DeviceManagerEndpoint(
+                node=dm.node,
+                manufacturer=dm.manufacturer,
+                namespace=dm.namespace,
+                pod=dm.name,
+                address=f"{address}:{dm_port}",
+                metrics=f"{base}/metrics",
+                snapshot=f"{base}/monitor/snapshot",
+            )
+        )
+    spec = FleetSpec(
+        tuple(members),
+        monitor_period=seconds_of(monitor_period),
+        kubeconfig=str(kubeconfig),
+        context="device-manager",
+    )
+    spec_file = state_dir / "fleet.json"
+    spec_file.write_text(json.dumps(spec.to_json(), indent=1) + "\n")
+    started.append(
+        _spawn(
+            "device-managers",
+            [sys.executable, "-m", "gpustack_simulator.fleet_host", str(spec_file)],
+            state_dir / "logs",
+        )
+    )
+    return managers
+
+
+def _settle_fleet(host: _Started, managers: list[DeviceManagerEndpoint], deadline: float) -> None:
+    """Wait until every member serves a sample with its node's Pods known (one process)."""
+    with httpx.Client(verify=False, timeout=5, trust_env=False) as client:
+
+        def settled(url: str) -> bool:
+            response = client.get(url)
+            return response.status_code == 200 and "slices" in response.json()
+
+        for endpoint in managers:
+            _wait(
+                host,
+                lambda url=endpoint.snapshot: settled(url),
+                deadline,
+                f"{endpoint.node}'s sample with the node's Pods known",
+                interval=0.25,
+            )
+
+
+def _fresh_state(state_dir: Path) -> Path:
+    """Delete what a previous run left (logs, PKI, fake /proc, files); the new logs folder."""
+    for stale in ("cluster", "proc", "logs", "worker-tls"):
+        shutil.rmtree(state_dir / stale, ignore_errors=True)
+    logs = state_dir / "logs"
+    logs.mkdir(parents=True)
+    for leftover in ("endpoints.json", "kubeconfig", "cluster.ready", "fleet.json"):
+        (state_dir / leftover).unlink(missing_ok=True)
+    return logs
+
+
 def up(
     scenario: str,
     state_dir: Path,
     *,
     monitor_period: str = "2s",
     timeout: float = START_TIMEOUT,
+    fleet: bool = False,
 ) -> Endpoints:
-    """Start everything for ``scenario``; return once all answer. ``UpError`` otherwise."""
+    """Start everything for ``scenario``; return once all answer. ``UpError`` otherwise.
+
+    ``fleet``: every Device Manager in one process (:mod:`gpustack_simulator.fleet_host`)
+    instead of one process each, for scenarios of hundreds or thousands of nodes.
+    """
     state_dir = state_dir.resolve()
     running = [p for p in _recorded(state_dir) if _alive(int(p["pid"]))]
     if running:
@@ -384,14 +482,9 @@ def up(
         expanded = expand(load_scenario(path), base=RECORDINGS_DIR)
     except (FileNotFoundError, ContractError) as exc:
         raise UpError(str(exc)) from exc
-    for stale in ("cluster", "proc", "logs", "worker-tls"):
-        shutil.rmtree(state_dir / stale, ignore_errors=True)
-    logs = state_dir / "logs"
-    logs.mkdir(parents=True)
-    for leftover in ("endpoints.json", "kubeconfig", "cluster.ready"):
-        (state_dir / leftover).unlink(missing_ok=True)
+    logs = _fresh_state(state_dir)
 
-    addresses = [f"127.0.0.{index + 2}" for index in range(len(expanded.device_managers))]
+    addresses = [loopback_address(index) for index in range(len(expanded.device_managers))]
     dm_port = free_port(addresses or ["127.0.0.1"])
     worker_port = free_port(["127.0.0.1"])
     worker_url = f"https://127.0.0.1:{worker_port}"
@@ -414,7 +507,8 @@ def up(
         shutil.copyfile(kubeconfig, state_dir / "kubeconfig")
         (state_dir / "kubeconfig").chmod(0o600)
 
-        managers = _start_device_managers(
+        start_managers = _start_fleet if fleet else _start_device_managers
+        managers = start_managers(
             expanded, addresses, dm_port, state_dir, kubeconfig, monitor_period, started
         )
         worker = _spawn(
@@ -438,7 +532,10 @@ def up(
         )
         started.append(worker)
 
-        _settle_device_managers(started, managers, logs, deadline)
+        if fleet:
+            _settle_fleet(started[1], managers, deadline)
+        else:
+            _settle_device_managers(started, managers, logs, deadline)
         _wait(worker, lambda: _ok(f"{worker_url}/readyz", verify=False), deadline, "/readyz")
         token = next(u.token for u in expanded.users if u.name == "admin")
         _wait(

@@ -549,21 +549,69 @@ def sim_up(
         str, typer.Option(help="Scenario name (recordings/scenarios/NAME.yaml) or file.")
     ] = "demo",
     monitor_period: Annotated[str, typer.Option(help="Device Managers' period.")] = "2s",
+    fleet: Annotated[
+        bool,
+        typer.Option(
+            "--fleet",
+            help="Every Device Manager in one process (for hundreds or thousands of nodes).",
+        ),
+    ] = False,
 ) -> None:
     """Start the stand-in, its Device Managers and the worker in the background; wait for all."""
     from gpustack_simulator.up import UpError, up
 
     try:
-        endpoints = up(scenario, state_dir, monitor_period=monitor_period)
+        endpoints = up(scenario, state_dir, monitor_period=monitor_period, fleet=fleet)
     except UpError as exc:
         typer.echo(f"gpustack-operator simulator up: {exc}", err=True)
         raise typer.Exit(code=1) from exc
     typer.echo(f"cluster     {endpoints.cluster}")
     typer.echo(f"worker      {endpoints.worker}")
-    for dm in endpoints.device_managers:
+    shown = endpoints.device_managers[:20]
+    for dm in shown:
         typer.echo(f"{dm.manufacturer:<11} {dm.node}  {dm.metrics}")
+    if len(endpoints.device_managers) > len(shown):
+        more = len(endpoints.device_managers) - len(shown)
+        typer.echo(f"…           and {more} more Device Managers (endpoints.json lists all)")
     typer.echo(f"kubeconfig  {endpoints.kubeconfig}  (contexts admin, no-metrics, prometheus, …)")
     typer.echo(f"stop with   gpustack-operator simulator down --state-dir {state_dir}")
+
+
+@simulator.command("fleet")
+def sim_fleet(
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes, one Device Manager each.")] = 10,
+    instances: Annotated[int, typer.Option(min=0, help="Instances, dealt over the nodes.")] = 100,
+    mix: Annotated[
+        str,
+        typer.Option(help="Weights of exclusive, shared and none (no accelerator) Instances."),
+    ] = "exclusive=1,shared=3,none=1",
+    recording: Annotated[
+        list[str] | None,
+        typer.Option(help="Recording (under recordings/) the nodes replay, round-robin; repeat."),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here (default: stdout).")
+    ] = None,
+) -> None:
+    """Generate a cluster-scenario/v1 fleet (for `simulator up --fleet --scenario FILE`)."""
+    from gpustack_simulator.fleet import DEFAULT_RECORDING, FleetError, generate, to_yaml
+
+    try:
+        text = to_yaml(
+            generate(
+                nodes=nodes,
+                instances=instances,
+                mix=mix,
+                recordings=tuple(recording or (DEFAULT_RECORDING,)),
+            )
+        )
+    except FleetError as exc:
+        typer.echo(f"gpustack-operator simulator fleet: {exc}", err=True)
+        raise typer.Exit(code=2) from exc
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.write_text(text)
 
 
 @simulator.command("down")
