@@ -482,3 +482,27 @@ def test_backoff_jitter_only_shortens() -> None:
     assert backoff.delay(1, rand=lambda: 0.0) == 2.0
     assert backoff.delay(1, rand=lambda: 1.0) == 1.5
     assert backoff.delay(9, rand=lambda: 0.5) == 7.0
+
+
+# -- handlers -----------------------------------------------------------------------------------
+
+
+async def test_handlers_are_told_each_changed_key_also_by_a_relist(
+    fake: FakeApi, mock_clock: trio.testing.MockClock
+) -> None:
+    told: list[tuple[str, str]] = []
+    async with running(fake, start=False, resync=300.0, watch_timeout=1000) as informer:
+        informer.add_handler(told.append)
+        await settle()
+        assert told == []  # added after the first list: nothing yet
+        fake.stream.event("MODIFIED", pod("a", 12, tier="gold"))
+        fake.stream.event("DELETED", pod("b", 13))
+        await settle()
+        assert told == [("team-a", "a"), ("team-a", "b")]
+        told.clear()
+        # Events lost while disconnected: the relist reports exactly what differs.
+        fake.objects = [pod("a", 12, tier="gold"), pod("c", 20)]
+        fake.version = 30
+        mock_clock.jump(300)
+        await settle()
+        assert told == [("team-a", "c")]

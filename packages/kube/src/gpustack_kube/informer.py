@@ -139,6 +139,7 @@ class Informer(Generic[T]):
         self._synced = False
         self._last_error: str | None = None
         self._changed = trio.Event()
+        self._handlers: list[Callable[[Key], None]] = []
         self._generation = 0
         self._failures = 0
         self._progress_since_list = False
@@ -264,6 +265,9 @@ class Informer(Generic[T]):
             self._counts["relists"] += 1
         self._counts["lists"] += 1
         changed = fresh != self._objects or not self._synced
+        touched = [
+            k for k in fresh.keys() | self._objects.keys() if fresh.get(k) != self._objects.get(k)
+        ]
         self._objects = fresh
         self._reindex()
         self._version = version
@@ -276,6 +280,7 @@ class Informer(Generic[T]):
         self._progress_since_list = False
         if changed:
             self._notify()
+        self._tell(sorted(touched))
         return True
 
     async def _watch_until_expired(self) -> None:
@@ -337,6 +342,7 @@ class Informer(Generic[T]):
                     self._objects[key] = typed
                     self._index(key, typed)
                 self._notify()
+                self._tell([key])
         else:
             log.warning("watch of %s: ignoring an event of type %r", self.path, kind)
         if isinstance(version, str) and version:
@@ -384,6 +390,21 @@ class Informer(Generic[T]):
         delay = self.backoff.delay(self._failures)
         log.warning("%s; retrying in %.1fs", message, delay)
         await trio.sleep(delay)
+
+    def add_handler(self, handler: Callable[[Key], None]) -> None:
+        """Call ``handler`` with the key of every object that is added, changed or removed.
+
+        client-go's event handler, reduced to what a level-triggered controller needs: *which*
+        key to look at again (it reads the object itself from the view). A relist reports every
+        key whose object differs from the view it replaces, so a missed event is still told.
+        Handlers run in the informer's task and must not block (enqueue and return).
+        """
+        self._handlers.append(handler)
+
+    def _tell(self, keys: list[Key]) -> None:
+        for key in keys:
+            for handler in self._handlers:
+                handler(key)
 
     def _notify(self) -> None:
         self._generation += 1
