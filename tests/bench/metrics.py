@@ -1,24 +1,39 @@
-"""The ``/metrics`` route at ~10k series: pre-rendered bytes against its floor and a naive exporter.
+"""The ``/metrics`` route at ~10k series: pre-rendered bytes against its floor and two peers.
 
-The exporter renders a round once per monitor period and a scrape writes those bytes, so a
-scrape should cost about what serving a constant of the same size costs over the same server.
-The comparison that justifies the design is ``prometheus_client``'s usual shape: labelled
-``Gauge`` children rendered by ``generate_latest`` at scrape time, on the same server.
+The exporter renders a round once per monitor period (and gzips it once), and a scrape writes
+those bytes, so a scrape should cost about what serving a constant of the same size costs over
+the same server. The comparisons that justify the design, each plain and gzip, same exposition:
+
+* a static constant on the same HTTPS server (the floor);
+* ``prometheus_client``'s usual shape: labelled ``Gauge`` children rendered by
+  ``generate_latest`` at scrape time, gzipped per scrape when asked (as its own ASGI app does);
+* Debian's ``prometheus-node-exporter`` (Go) serving the same text from its textfile collector,
+  which re-reads and re-parses the file on every scrape — skipped, saying so, when absent.
+
+Bodies are read raw (``aiter_raw``), so the client never spends time inflating: the figure is
+the server's, and the bytes are what crossed the wire.
 """
 
 from __future__ import annotations
 
+import gzip
+import socket
 import statistics
+import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import trio
-from https_bench import serving, time_gets
+from https_bench import serving
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from quart import Response
+from quart import Response, request
 
+from gpustack_devicemanager.encoded import Encoded, accepts_gzip
 from gpustack_devicemanager.exporter import (
     ACCELERATOR_FIELDS,
     ACCELERATOR_LABELS,
@@ -29,8 +44,11 @@ from gpustack_devicemanager.exposition import ExpositionHolder, Family, Rendered
 from gpustack_devicemanager.health import Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.server import build_app
+from gpustack_kube.certs import self_signed
 
 PERIOD = 15.0
+NODE_EXPORTER = Path("/usr/bin/prometheus-node-exporter")
+TEXT_ACCEPT = "text/plain;version=0.0.4"
 INSTANCES = 770
 """Each Instance has 6 Pod-level and 7 accelerator series: 770 of them make 10,010 series."""
 
@@ -91,19 +109,96 @@ def _timed(fn: Callable[[], object], repeat: int) -> list[float]:
     return samples
 
 
-async def _latency(repeat: int) -> None:
+async def _scrape(
+    client: httpx.AsyncClient, url: str, encoding: str, repeat: int
+) -> tuple[list[float], bytes, bool]:
+    """Time ``repeat`` GETs after one warm-up; the last raw body and whether it was gzipped."""
+    headers = {"Accept": TEXT_ACCEPT, "Accept-Encoding": encoding}
+    samples: list[float] = []
+    raw = b""
+    gzipped = False
+    for n in range(repeat + 1):
+        start = time.perf_counter()
+        async with client.stream("GET", url, headers=headers) as response:
+            assert response.status_code == 200, (url, response.status_code)
+            raw = b"".join([chunk async for chunk in response.aiter_raw()])
+            gzipped = response.headers.get("content-encoding") == "gzip"
+        if n:
+            samples.append(time.perf_counter() - start)
+    return samples, raw, gzipped
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def node_exporter(text: bytes, folder: Path) -> Iterator[str | None]:
+    """Debian's node_exporter serving ``text`` from its textfile collector over HTTPS.
+
+    Only that collector (``--collector.disable-defaults``), so the body is the same text plus
+    the collector's own few series. Yields ``None`` when the binary is not installed.
+    """
+    if not NODE_EXPORTER.exists():
+        yield None
+        return
+    textfiles = folder / "textfile"
+    textfiles.mkdir()
+    (textfiles / "gpustack.prom").write_bytes(text)
+    cert, key = self_signed(["127.0.0.1"], folder / "tls")
+    web = folder / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            str(NODE_EXPORTER),
+            "--collector.disable-defaults",
+            "--collector.textfile",
+            f"--collector.textfile.directory={textfiles}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--web.config.file={web}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield f"https://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(5)
+
+
+def _series(body: bytes) -> int:
+    return sum(1 for line in body.splitlines() if line.startswith(b"gpustack_"))
+
+
+async def _latency(repeat: int) -> dict[str, float]:
+    figures: dict[str, float] = {}
     families = round_families()
     series = sum(len(f.samples) for f in families)
     rendered: Rendered = render(families)
-    median, p95 = _median_p95(_timed(lambda: render(families), max(5, repeat // 5)))
+    cpu = []
+    for _ in range(max(5, repeat // 5)):
+        start = time.process_time()
+        render(families)
+        cpu.append(time.process_time() - start)
+    figures["render_cpu_ms"] = statistics.median(cpu) * 1e3
     print(
-        f"{f'render one round ({series:,} series, both formats)':<52} "
-        f"median {median * 1e3:8.2f} ms   p95 {p95 * 1e3:8.2f} ms   (once per period)"
+        f"{f'render one round ({series:,} series, both formats + gzip)':<52} "
+        f"median CPU {figures['render_cpu_ms']:8.2f} ms   (once per period, off the loop)"
     )
 
     exposition = ExpositionHolder()
     exposition.publish(rendered)
-    static = rendered.text
+    static = Encoded.of(rendered.text)
     registry = naive_registry(families)
     holder = SnapshotHolder(15)
     app = build_app(
@@ -112,38 +207,67 @@ async def _latency(repeat: int) -> None:
 
     @app.route("/static")
     async def static_route() -> Response:
-        return Response(static, content_type=CONTENT_TYPE_LATEST)
+        if accepts_gzip(request.headers.get("Accept-Encoding", "")):
+            return Response(
+                static.gzipped,
+                content_type=CONTENT_TYPE_LATEST,
+                headers={"Content-Encoding": "gzip"},
+            )
+        return Response(static.identity, content_type=CONTENT_TYPE_LATEST)
 
     @app.route("/naive")
     async def naive_route() -> Response:
-        return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
-
-    async with (
-        serving(app) as url,
-        httpx.AsyncClient(verify=False, trust_env=False, timeout=60) as client,
-    ):
-        bodies = {}
-        for path, what in (
-            ("/metrics", "pre-rendered"),
-            ("/static", "same bytes, constant"),
-            ("/naive", "generate_latest per scrape"),
-        ):
-            samples, body = await time_gets(client, url + path, repeat)
-            median, p95 = _median_p95(samples)
-            bodies[path] = body
-            print(
-                f"{f'GET {path} ({what})':<52} "
-                f"median {median * 1e3:8.2f} ms   p95 {p95 * 1e3:8.2f} ms   "
-                f"({len(body) / 1e6:.2f} MB over HTTPS, n={repeat})"
+        body = generate_latest(registry)
+        if accepts_gzip(request.headers.get("Accept-Encoding", "")):
+            return Response(
+                gzip.compress(body),
+                content_type=CONTENT_TYPE_LATEST,
+                headers={"Content-Encoding": "gzip"},
             )
-        # The comparison is fair only if all three serve the same exposition.
-        assert bodies["/metrics"] == bodies["/static"] == bodies["/naive"]
+        return Response(body, content_type=CONTENT_TYPE_LATEST)
+
+    with tempfile.TemporaryDirectory() as folder:
+        async with (
+            serving(app) as url,
+            httpx.AsyncClient(verify=False, trust_env=False, timeout=60) as client,
+        ):
+            with node_exporter(rendered.text, Path(folder)) as go_url:
+                targets = [
+                    ("metrics", url + "/metrics", "pre-rendered"),
+                    ("static", url + "/static", "same bytes, constant"),
+                    ("naive", url + "/naive", "generate_latest per scrape"),
+                ]
+                if go_url is not None:
+                    targets.append(("node_exporter", go_url + "/metrics", "node_exporter textfile"))
+                else:
+                    print(f"  (node_exporter skipped: {NODE_EXPORTER} is not installed)")
+                for key, target, what in targets:
+                    for encoding in ("identity", "gzip"):
+                        samples, raw, gzipped = await _scrape(client, target, encoding, repeat)
+                        body = gzip.decompress(raw) if gzipped else raw
+                        # The comparison is fair only if all serve the same exposition: ours
+                        # byte for byte, node_exporter the same series (plus its own).
+                        if key == "node_exporter":
+                            assert _series(body) == _series(rendered.text)
+                        else:
+                            assert body == rendered.text, key
+                        assert gzipped == (encoding == "gzip"), (key, encoding)
+                        median, p95 = _median_p95(samples)
+                        figures[f"{key}_{encoding}_ms"] = median * 1e3
+                        figures[f"{key}_{encoding}_bytes"] = len(raw)
+                        print(
+                            f"{f'GET {key} {encoding} ({what})':<52} "
+                            f"median {median * 1e3:8.2f} ms   p95 {p95 * 1e3:8.2f} ms   "
+                            f"({len(raw) / 1e3:,.0f} KB on the wire, n={repeat})"
+                        )
+    return figures
 
 
-def bench_metrics_route(repeat: int) -> None:
-    """``/metrics`` at ~10k series against a constant route and a naive exporter route."""
-    trio.run(_latency, repeat)
+def bench_metrics_route(repeat: int) -> dict[str, float]:
+    """``/metrics`` at ~10k series against a constant, a naive exporter and node_exporter."""
+    figures: dict[str, float] = trio.run(_latency, repeat)
+    return figures
 
 
 if __name__ == "__main__":
-    bench_metrics_route(30)
+    bench_metrics_route(10)

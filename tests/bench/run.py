@@ -1,13 +1,18 @@
 """Benchmarks of the shared core: figures printed, nothing asserted about time.
 
-Run with ``./dev bench``. The scale mirrors a busy node: hundreds of Instance Pods, each read
-against a kubelet summary and a snapshot every monitor period, by the exporter and the worker.
+Run with ``./dev bench`` (``./dev bench --quick`` for a pass of a few minutes: fewer repeats,
+the fleet at 10 nodes only; ``--fleet-sizes 10,100,1000`` for the big one). The scale mirrors a
+busy node: hundreds of Instance Pods, each read against a kubelet summary and a snapshot every
+monitor period, by the exporter and the worker. The last table puts the side-by-side figures
+as ratios (each within one run, so a loaded machine moves both sides); ``docs/performance.md``
+records them with the machine they were taken on.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -15,7 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from devicemanager import bench_monitor_pass, bench_snapshot_route
+from fleet import bench_fleet
 from metrics import bench_metrics_route
+from startup import bench_startup
 from worker import bench_worker_routes
 
 from gpustack_core.kubelet import parse_summary, usage_from_summary
@@ -90,11 +97,89 @@ def bench_replay(repeat: int) -> None:
     )
 
 
+def _ratio_table(figures: dict[str, float]) -> None:
+    """The side-by-side figures as ratios, one line each (a missing side is skipped)."""
+
+    def ratio(a: str, b: str) -> str:
+        if a not in figures or b not in figures or not figures[b]:
+            return "n/a"
+        return f"{figures[a] / figures[b]:.2f}x"
+
+    rows = [
+        (
+            "/metrics plain vs static constant (HTTPS)",
+            ratio("metrics_identity_ms", "static_identity_ms"),
+        ),
+        ("/metrics gzip vs static gzip", ratio("metrics_gzip_ms", "static_gzip_ms")),
+        (
+            "naive prometheus_client plain vs /metrics plain",
+            ratio("naive_identity_ms", "metrics_identity_ms"),
+        ),
+        (
+            "naive prometheus_client gzip vs /metrics gzip",
+            ratio("naive_gzip_ms", "metrics_gzip_ms"),
+        ),
+        (
+            "node_exporter textfile plain vs /metrics plain",
+            ratio("node_exporter_identity_ms", "metrics_identity_ms"),
+        ),
+        (
+            "node_exporter textfile gzip vs /metrics gzip",
+            ratio("node_exporter_gzip_ms", "metrics_gzip_ms"),
+        ),
+        ("/metrics bytes, plain vs gzip", ratio("metrics_identity_bytes", "metrics_gzip_bytes")),
+        ("warm subresource vs /healthz (same worker)", ratio("subresource_us", "healthz_us")),
+        ("worker req/s, 8 clients vs 1", ratio("throughput_8_rps", "throughput_1_rps")),
+        ("worker req/s, 32 clients vs 1", ratio("throughput_32_rps", "throughput_1_rps")),
+        (
+            "device-manager serve imports vs bare interpreter (CPU)",
+            ratio("startup_dm", "startup_floor"),
+        ),
+        ("worker imports vs bare interpreter (CPU)", ratio("startup_worker", "startup_floor")),
+        (
+            "10 nodes, DM RSS: a process each vs one fleet process",
+            ratio("processes_10_device-managers", "fleet_10_device-managers"),
+        ),
+        (
+            "10 nodes, up time: a process each vs one fleet process",
+            ratio("processes_10_up_s", "fleet_10_up_s"),
+        ),
+        (
+            "fleet DM RSS, 100 vs 10 nodes",
+            ratio("fleet_100_device-managers", "fleet_10_device-managers"),
+        ),
+        (
+            "fleet DM RSS, 1000 vs 100 nodes",
+            ratio("fleet_1000_device-managers", "fleet_100_device-managers"),
+        ),
+    ]
+    print()
+    print(f"{'ratios (within this run)':<60} value")
+    for name, value in rows:
+        print(f"{name:<60} {value}")
+    load = os.getloadavg()
+    print(
+        f"{'load average at the end (1, 5, 15 min)':<60} {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+
+
 def main() -> None:
-    """Run every benchmark once and print one line each."""
+    """Run every benchmark once and print one line each, then the ratio table."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument(
+        "--quick", action="store_true", help="a few minutes: fewer repeats, fleet at 10 only"
+    )
+    parser.add_argument("--fleet-sizes", default=None, help="comma-separated (default 10,100)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
+    if args.quick:
+        args.repeat = min(args.repeat, 10)
+    sizes = tuple(
+        int(n) for n in (args.fleet_sizes or ("10" if args.quick else "10,100")).split(",")
+    )
+    figures: dict[str, float] = {}
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     node = load_demo()
     pods = [parse_pod(bytes(raw)) for raw in node.pods]
@@ -136,8 +221,13 @@ def main() -> None:
     bench_replay(args.repeat)
     bench_monitor_pass(max(3, args.repeat // 10))
     bench_snapshot_route(max(50, args.repeat * 4))
-    bench_metrics_route(max(20, args.repeat // 2))
-    bench_worker_routes(max(50, args.repeat * 2))
+    figures.update(bench_metrics_route(max(5 if args.quick else 20, args.repeat // 2)))
+    figures.update(bench_worker_routes(max(50, args.repeat * 2), 2.0 if args.quick else 5.0))
+    startup = bench_startup(3 if args.quick else 5)
+    figures["startup_floor"] = startup["bare interpreter (floor)"]
+    figures["startup_dm"] = startup["device-manager serve (its imports)"]
+    figures["startup_worker"] = startup["worker (its imports)"]
+    figures.update(bench_fleet(sizes, 2.0 if args.quick else 3.0))
 
     if CORPUS.is_dir():
         largest = max(CORPUS.glob("*.json"), key=lambda p: p.stat().st_size)
@@ -150,6 +240,9 @@ def main() -> None:
         )
     else:
         print(f"skipped the corpus summary: {CORPUS} is absent")
+    _ratio_table(figures)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,10 @@ request, as it is for a console polling every Instance of a node.
 
 from __future__ import annotations
 
+import json
 import ssl
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,16 +33,44 @@ from gpustack_worker.daemon import Running, WorkerOptions, serve
 PATH = "/apis/worker.gpustack.ai/v1/namespaces/team-a/instances/qwen-a/metrics"
 
 
-def _report(name: str, samples: list[float]) -> None:
+CLIENT = Path(__file__).with_name("load_client.py")
+
+
+def _report(name: str, samples: list[float]) -> float:
     samples.sort()
     p95 = samples[min(len(samples) - 1, int(len(samples) * 0.95))]
+    median = statistics.median(samples)
     print(
-        f"{name:<52} median {statistics.median(samples) * 1e6:10.1f} µs   "
-        f"p95 {p95 * 1e6:10.1f} µs   (n={len(samples)})"
+        f"{name:<52} median {median * 1e6:10.1f} µs   p95 {p95 * 1e6:10.1f} µs   (n={len(samples)})"
     )
+    return median
 
 
-async def _bench(repeat: int) -> None:
+async def _throughput(
+    url: str, ca: Path, cert: Path, clients: int, seconds: float
+) -> dict[str, float]:
+    """Run the load client in its own process against ``url``; its JSON figures."""
+    done = await trio.run_process(
+        [
+            sys.executable,
+            str(CLIENT),
+            url,
+            "--ca",
+            str(ca),
+            "--cert",
+            str(cert),
+            "--clients",
+            str(clients),
+            "--seconds",
+            str(seconds),
+        ],
+        capture_stdout=True,
+    )
+    figures: dict[str, float] = json.loads(done.stdout)
+    return figures
+
+
+async def _bench(repeat: int, figures: dict[str, float], load_seconds: float) -> None:
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         async with cluster_standin("nvidia-mixed", tmp / "cluster") as cluster:
@@ -79,6 +109,7 @@ async def _bench(repeat: int) -> None:
                 async with httpx.AsyncClient(
                     verify=context, headers=headers, trust_env=False
                 ) as client:
+                    medians = {}
                     for name, path in (
                         ("worker /healthz (trivial route)", "/healthz"),
                         ("worker instances/<name>/metrics (cache hit)", PATH),
@@ -90,7 +121,29 @@ async def _bench(repeat: int) -> None:
                             response = await client.get(worker.urls[0] + path)
                             samples.append(time.perf_counter() - start)
                             assert response.status_code == 200, response.text
-                        _report(name, samples)
+                        medians[path] = _report(name, samples)
+                figures["healthz_us"] = medians["/healthz"] * 1e6
+                figures["subresource_us"] = medians[PATH] * 1e6
+                print(
+                    f"{'  warm subresource / healthz':<52} "
+                    f"{medians[PATH] / medians['/healthz']:.2f}x"
+                )
+                for clients in (1, 8, 32):
+                    load = await _throughput(
+                        worker.urls[0] + PATH,
+                        worker.certificate,
+                        state.pki.front_proxy_client,
+                        clients,
+                        load_seconds,
+                    )
+                    rate = load["requests"] / load["seconds"]
+                    figures[f"throughput_{clients}_rps"] = rate
+                    figures[f"throughput_{clients}_p99_ms"] = load["p99_ms"]
+                    print(
+                        f"{f'worker subresource, {clients} concurrent clients':<52} "
+                        f"{rate:8.0f} req/s   p50 {load['p50_ms']:7.1f} ms   "
+                        f"p99 {load['p99_ms']:7.1f} ms   (errors {load['errors']:.0f})"
+                    )
                 statistics_ = worker.summaries.statistics()
                 print(
                     f"{'  kubelet reads / cache hits':<52} {statistics_.reads} / {statistics_.hits}"
@@ -99,6 +152,12 @@ async def _bench(repeat: int) -> None:
                 manager.shutdown.set()
 
 
-def bench_worker_routes(repeat: int) -> None:
-    """Median and p95 of both routes over HTTPS with keep-alive."""
-    trio.run(_bench, repeat)
+def bench_worker_routes(repeat: int, load_seconds: float = 5.0) -> dict[str, float]:
+    """Both routes over HTTPS with keep-alive, then closed-loop load at 1, 8 and 32 clients."""
+    figures: dict[str, float] = {}
+    trio.run(_bench, repeat, figures, load_seconds)
+    return figures
+
+
+if __name__ == "__main__":
+    bench_worker_routes(100, 3.0)
