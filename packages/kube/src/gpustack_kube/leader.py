@@ -24,11 +24,9 @@ from typing import Any
 import trio
 
 from gpustack_kube.client import ApiError, Conflict, KubeClient, KubeError, NotFound
-from gpustack_kube.paths import Resource
+from gpustack_kube.paths import LEASES
 
 log = logging.getLogger(__name__)
-
-LEASES = Resource("coordination.k8s.io", "v1", "leases")
 
 
 def _micro_time(when: datetime) -> str:

@@ -84,6 +84,10 @@ class Resource:
 PODS: Final = Resource("", "v1", "pods")
 NODES: Final = Resource("", "v1", "nodes", namespaced=False)
 CONFIGMAPS: Final = Resource("", "v1", "configmaps")
+SERVICES: Final = Resource("", "v1", "services")
+EVENTS: Final = Resource("", "v1", "events")
+NETWORK_POLICIES: Final = Resource("networking.k8s.io", "v1", "networkpolicies")
+LEASES: Final = Resource("coordination.k8s.io", "v1", "leases")
 POD_METRICS: Final = Resource("metrics.k8s.io", "v1beta1", "pods")
 TOKEN_REVIEWS: Final = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
 SUBJECT_ACCESS_REVIEWS: Final = Resource(
@@ -95,6 +99,8 @@ INSTANCES: Final = Resource(API_GROUP, CRD_VERSION, "instances")
 
 NODE_FEATURES: Final = Resource("nfd.k8s-sigs.io", "v1alpha1", "nodefeatures")
 """node-feature-discovery's NodeFeature: labels a component asks nfd-master to put on a Node."""
+INSTANCE_TYPES: Final = Resource(API_GROUP, CRD_VERSION, "instancetypes", namespaced=False)
+"""The cluster-scoped InstanceType CRD: what an Instance's ``spec.type`` names."""
 DEVICES: Final = Resource(API_GROUP, CRD_VERSION, "devices", namespaced=False)
 """The cluster-scoped ``Devices`` CRD, one object per node (spec from detection, the ledger)."""
 

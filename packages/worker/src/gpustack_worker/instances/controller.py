@@ -1,0 +1,605 @@
+"""The Instance controller: every Instance gets its Pod, its NodePort Service and its status.
+
+A controller-runtime reconciler in trio: informers (Instances, their Pods and Services, the
+isolation policies, InstanceTypes, Nodes, the operator's Settings ConfigMap) tell a rate-limited
+work queue which keys changed; workers take a key, read everything from the caches, compare
+with what :mod:`render` and :mod:`status` say should exist, and write only the difference. The
+reconcile is level-triggered and idempotent — it never depends on which event woke it — so a
+restart, a relist or a duplicate key changes nothing that is already right. Only the holder of
+the ``coordination.k8s.io`` Lease reconciles (two worker replicas never fight over a Pod); the
+informers run on every replica so a new leader starts warm.
+
+Two kinds of key: ``<namespace>/<name>`` (one Instance) and ``<namespace>`` alone (that
+namespace's isolation policy).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Any, Final
+
+import msgspec
+import trio
+
+from gpustack_core import contract
+from gpustack_core.decoding import ContractError
+from gpustack_core.instance import Instance, InstanceStatus, instance_from_object
+from gpustack_core.instancetype import InstanceType, instancetype_from_object
+from gpustack_kube.client import AlreadyExists, ApiError, Conflict, KubeClient, KubeError, NotFound
+from gpustack_kube.informer import Informer, Key
+from gpustack_kube.leader import ElectionConfig, LeaderElector
+from gpustack_kube.paths import (
+    CONFIGMAPS,
+    EVENTS,
+    INSTANCE_TYPES,
+    INSTANCES,
+    NETWORK_POLICIES,
+    NODES,
+    PODS,
+    SERVICES,
+)
+from gpustack_kube.workqueue import ShutDown, WorkQueue
+from gpustack_worker.instances.render import (
+    HOSTNAME_LABEL,
+    INSTANCES_TYPE,
+    ISOLATION_POLICY,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    TYPE_LABEL,
+    Overcommit,
+    PodInputs,
+    RenderError,
+    parse_cidrs,
+    render_isolation_policy,
+    render_pod,
+    render_service,
+)
+from gpustack_worker.instances.status import derive_status
+
+log = logging.getLogger("gpustack.worker.instances")
+
+TEMPLATE_HASH: Final = "worker.gpustack.ai/pod-template-hash"
+"""On a rendered Pod: the digest of what it was rendered as. A Pod whose digest differs from
+today's rendering is replaced; a Pod without one (created before the controller ran) is adopted
+as it is, never recreated for lack of a digest."""
+SETTINGS_CONFIGMAP: Final = "gpustack-operator-settings"
+ISOLATION_SETTING: Final = "instance-isolation-pod-cidrs"
+SSHD_IMAGE_SETTING: Final = "instance-sshd-image"
+CPU_OVERCOMMIT_SETTING: Final = "instance-cpu-overcommit"
+MEMORY_OVERCOMMIT_SETTING: Final = "instance-memory-overcommit"
+COMPONENT: Final = "gpustack-operator-worker"
+RUNTIME_CLASSES: Final = {"nvidia": "nvidia", "mthreads": "mthreads", "iluvatar": "iluvatar"}
+"""RuntimeClass names per manufacturer, used only when the cluster serves one by that name
+(looked up, never assumed)."""
+PREDECESSOR_RECHECK: Final = 1.0
+"""Seconds before looking again at a Pod a previous incarnation still holds the name of."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The operator Settings the controller reads (``gpustack-operator-settings``)."""
+
+    isolation_cidrs: str = ""
+    sshd_image: str = ""
+    overcommit: Overcommit = field(default_factory=Overcommit)
+
+
+def settings_from_configmap(data: Mapping[str, str]) -> Settings:
+    """Parse the Settings; ``ValueError`` names the key and why (the previous ones stay)."""
+    cidrs = data.get(ISOLATION_SETTING, "")
+    parse_cidrs(cidrs)  # refuse a bad value here, not at every reconcile
+    ratios = {}
+    for key in (CPU_OVERCOMMIT_SETTING, MEMORY_OVERCOMMIT_SETTING):
+        text = data.get(key, "1").strip() or "1"
+        try:
+            ratios[key] = Fraction(text)
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(f"{key}: {text!r} is not a number") from None
+    try:
+        overcommit = Overcommit(ratios[CPU_OVERCOMMIT_SETTING], ratios[MEMORY_OVERCOMMIT_SETTING])
+    except ValueError as exc:
+        raise ValueError(f"{CPU_OVERCOMMIT_SETTING}/{MEMORY_OVERCOMMIT_SETTING}: {exc}") from None
+    return Settings(cidrs, data.get(SSHD_IMAGE_SETTING, "").strip(), overcommit)
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    """Where the controller's own objects live and how it elects a leader."""
+
+    system_namespace: str = contract.SYSTEM_NAMESPACE
+    identity: str = "worker"
+    """This replica's name in the Lease (the Pod name)."""
+    lease_name: str = "gpustack-operator-instance-controller"
+    workers: int = 2
+    leader_election: bool = True
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
+def _template_hash(pod: Mapping[str, Any]) -> str:
+    canonical = json.dumps(
+        {"labels": pod["metadata"].get("labels"), "spec": pod["spec"]}, sort_keys=True
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _owner_uid(obj: Mapping[str, Any]) -> str | None:
+    for ref in obj.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "Instance":
+            return str(ref.get("uid") or "")
+    return None
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return obj.get("metadata", {}).get("labels") or {}
+
+
+def _status_patch(status: InstanceStatus) -> dict[str, Any]:
+    """A merge patch setting ``status`` to exactly this: absent fields become ``null``."""
+    body: dict[str, Any] = msgspec.to_builtins(status)
+    for name in (f.encode_name for f in msgspec.structs.fields(InstanceStatus)):
+        body.setdefault(name, None)
+    return {"status": body}
+
+
+class InstanceController:
+    """Reconciles Instances; run :meth:`run` in the worker's nursery."""
+
+    def __init__(self, client: KubeClient, options: ControllerOptions | None = None) -> None:
+        self.client = client
+        self.options = options or ControllerOptions()
+        self.queue = WorkQueue()
+        self.instances: Informer[Instance] = Informer(
+            client,
+            INSTANCES.path(),
+            decode=instance_from_object,
+            indexers={
+                "namespace": lambda i: (i.metadata.namespace,),
+                "type": lambda i: (i.spec.type,) if i.spec.type else (),
+            },
+        )
+        self.pods: Informer[dict[str, Any]] = Informer(
+            client,
+            PODS.path(),
+            label_selector=contract.PART_OF_LABEL,
+            indexers={"node": lambda p: (p.get("spec", {}).get("nodeName") or "",)},
+        )
+        self.services: Informer[dict[str, Any]] = Informer(
+            client, SERVICES.path(), label_selector=f"{TYPE_LABEL}={INSTANCES_TYPE}"
+        )
+        self.policies: Informer[dict[str, Any]] = Informer(
+            client, NETWORK_POLICIES.path(), field_selector=f"metadata.name={ISOLATION_POLICY}"
+        )
+        self.types: Informer[InstanceType] = Informer(
+            client, INSTANCE_TYPES.path(), decode=instancetype_from_object
+        )
+        self.nodes: Informer[dict[str, Any]] = Informer(client, NODES.path())
+        self.settings_source: Informer[dict[str, Any]] = Informer(
+            client,
+            CONFIGMAPS.path(self.options.system_namespace),
+            field_selector=f"metadata.name={SETTINGS_CONFIGMAP}",
+        )
+        self.settings = Settings()
+        self.settings_error: str | None = None
+        self.runtime_classes: set[str] = set()
+        self.elector = LeaderElector(
+            client,
+            ElectionConfig(
+                namespace=self.options.system_namespace,
+                name=self.options.lease_name,
+                identity=self.options.identity,
+                lease_duration=self.options.lease_duration,
+                renew_deadline=self.options.renew_deadline,
+                retry_period=self.options.retry_period,
+            ),
+        )
+        self.reconciles = 0
+        self.writes: list[tuple[str, str]] = []
+        """(verb, what) of every write made; for tests and the debug state."""
+        self._told: dict[str, str] = {}
+        self._pending_events: list[tuple[Instance, str, str, str]] = []
+        self._wire()
+
+    # -- wiring ---------------------------------------------------------------------------
+
+    def _wire(self) -> None:
+        self.instances.add_handler(self._instance_changed)
+        for informer in (self.pods, self.services):
+            informer.add_handler(self._owned_changed)
+        self.policies.add_handler(lambda key: self.queue.add(key[0]))
+        self.types.add_handler(self._type_changed)
+        self.nodes.add_handler(self._node_changed)
+        self.settings_source.add_handler(lambda _key: self._settings_changed())
+
+    def _instance_changed(self, key: Key) -> None:
+        self.queue.add(f"{key[0]}/{key[1]}")
+        self.queue.add(key[0])
+
+    def _owned_changed(self, key: Key) -> None:
+        self.queue.add(f"{key[0]}/{key[1]}")  # a Pod and a Service are named after the Instance
+
+    def _type_changed(self, key: Key) -> None:
+        for instance in self.instances.by_index("type", key[1]):
+            self.queue.add(f"{instance.metadata.namespace}/{instance.metadata.name}")
+
+    def _node_changed(self, key: Key) -> None:
+        for pod in self.pods.by_index("node", key[1]):
+            meta = pod.get("metadata", {})
+            self.queue.add(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+
+    def _settings_changed(self) -> None:
+        found = self.settings_source.get(self.options.system_namespace, SETTINGS_CONFIGMAP)
+        data = (found or {}).get("data") or {}
+        try:
+            fresh = settings_from_configmap(data)
+        except ValueError as exc:
+            self.settings_error = str(exc)
+            log.warning("keeping the current Settings: %s", exc)
+            return
+        self.settings_error = None
+        if fresh != self.settings:
+            self.settings = fresh
+            for instance in self.instances.objects():
+                self._instance_changed((instance.metadata.namespace, instance.metadata.name))
+            for namespace in self._policy_namespaces():
+                self.queue.add(namespace)
+
+    def _policy_namespaces(self) -> set[str]:
+        return {p.get("metadata", {}).get("namespace", "") for p in self.policies.objects()}
+
+    # -- running --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Informers always; the workers only while this replica leads."""
+        async with trio.open_nursery() as nursery:
+            for informer in self._informers():
+                await nursery.start(informer.run)
+            await self._read_runtime_classes()
+            self._settings_changed()
+            if self.options.leader_election:
+                await self.elector.run(self._work)
+            else:
+                await self._work()
+
+    def _informers(self) -> Iterable[Informer[Any]]:
+        return (
+            self.settings_source,
+            self.types,
+            self.nodes,
+            self.services,
+            self.policies,
+            self.pods,
+            self.instances,
+        )
+
+    async def _read_runtime_classes(self) -> None:
+        try:
+            listed = await self.client.get("/apis/node.k8s.io/v1/runtimeclasses")
+        except KubeError as exc:
+            log.info("no RuntimeClasses readable (%s): Pods get none", exc)
+            return
+        self.runtime_classes = {
+            str(item.get("metadata", {}).get("name")) for item in listed.get("items") or []
+        }
+
+    async def _work(self) -> None:
+        """Reconcile every key once on taking the lead, then whatever the informers tell."""
+        for instance in self.instances.objects():
+            self._instance_changed((instance.metadata.namespace, instance.metadata.name))
+        for namespace in self._policy_namespaces():
+            self.queue.add(namespace)
+        async with trio.open_nursery() as nursery:
+            for _ in range(self.options.workers):
+                nursery.start_soon(self._worker)
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except ShutDown:
+                return
+            try:
+                requeue = await self.reconcile(key)
+            except (KubeError, ContractError) as exc:
+                log.warning("reconciling %s: %s; retrying", key, exc)
+                self.queue.add_rate_limited(key)
+            else:
+                self.queue.forget(key)
+                if requeue:
+                    self.queue.add_after(key, requeue)
+            finally:
+                self.queue.done(key)
+            await self.flush_events()
+
+    # -- reconcile ------------------------------------------------------------------------
+
+    async def reconcile(self, key: str) -> float | None:
+        """Make the cluster match ``key``'s desired state; seconds until a recheck, if one."""
+        self.reconciles += 1
+        if "/" not in key:
+            await self._reconcile_isolation(key)
+            return None
+        namespace, name = key.split("/", 1)
+        instance = self.instances.get(namespace, name)
+        if instance is None:
+            return None  # deleted: its Pod and Service go with it (owner references)
+        return await self._reconcile_instance(instance)
+
+    async def _reconcile_instance(self, instance: Instance) -> float | None:
+        meta = instance.metadata
+        pod = self.pods.get(meta.namespace, meta.name)
+        service = self.services.get(meta.namespace, meta.name)
+        if meta.deletion_timestamp:
+            await self._write_status(instance, pod, service)
+            return None
+        inputs, unavailable = self._inputs(instance)
+        if unavailable is not None and not instance.spec.stop:
+            await self._stop(instance, unavailable)
+            return None
+        await self._reconcile_service(instance, service)
+        recheck = None
+        problem = None
+        if instance.spec.stop:
+            await self._delete_pod(instance, pod, "Stopping", "spec.stop is set")
+        else:
+            try:
+                recheck = await self._reconcile_pod(instance, pod, inputs)
+            except RenderError as exc:
+                problem = str(exc)
+                self._event(instance, "Warning", "InvalidSpec", problem)
+        await self._write_status(instance, pod, self.services.get(meta.namespace, meta.name),
+                                 problem=problem)  # fmt: skip
+        return recheck
+
+    def _inputs(self, instance: Instance) -> tuple[PodInputs, str | None]:
+        """What rendering needs beyond the Instance, and why it may not run (its type)."""
+        manufacturer = queue = None
+        if instance.spec.type:
+            found = self.types.get("", instance.spec.type)
+            if found is None:
+                return PodInputs(), f"InstanceType {instance.spec.type} does not exist"
+            why = found.unavailable()
+            if why is not None:
+                return PodInputs(), why
+            manufacturer = found.spec.manufacturer or None
+            queue = found.queue or None
+        hostname = None
+        if instance.spec.node_name:
+            node = self.nodes.get("", instance.spec.node_name)
+            hostname = _labels(node or {}).get(HOSTNAME_LABEL)
+        runtime = RUNTIME_CLASSES.get(manufacturer or "")
+        return (
+            PodInputs(
+                manufacturer=manufacturer,
+                queue=queue,
+                hostname=hostname,
+                runtime_class=runtime if runtime in self.runtime_classes else None,
+                sshd_image=self.settings.sshd_image,
+                overcommit=self.settings.overcommit,
+            ),
+            None,
+        )
+
+    async def _stop(self, instance: Instance, why: str) -> None:
+        """The reference's answer to a type that is gone or inactive: stop, and say why."""
+        path = INSTANCES.path(instance.metadata.namespace, instance.metadata.name)
+        await self.client.patch(path, {"spec": {"stop": True}})
+        self.writes.append(("patch", f"instance {path} stop"))
+        self._event(instance, "Warning", "TypeUnavailable", f"{why}: stopping the Instance")
+
+    async def _reconcile_pod(
+        self, instance: Instance, pod: dict[str, Any] | None, inputs: PodInputs
+    ) -> float | None:
+        meta = instance.metadata
+        desired = render_pod(instance, inputs)
+        digest = _template_hash(desired)
+        desired["metadata"]["annotations"] = {TEMPLATE_HASH: digest}
+        if pod is not None:
+            labels = _labels(pod)
+            if labels.get(contract.PART_OF_LABEL) != meta.uid:
+                # A previous incarnation's Pod still holds the name: remove it, look again.
+                if not pod["metadata"].get("deletionTimestamp"):
+                    await self._delete(pod, "predecessor Pod")
+                return PREDECESSOR_RECHECK
+            if pod["metadata"].get("deletionTimestamp"):
+                return PREDECESSOR_RECHECK  # ours, going away (a replacement): wait for it
+            current = (pod["metadata"].get("annotations") or {}).get(TEMPLATE_HASH)
+            if current is not None and current != digest:
+                await self._delete_pod(instance, pod, "Restarting", "the spec changed")
+                return PREDECESSOR_RECHECK
+            return None
+        try:
+            await self.client.create(PODS.path(meta.namespace), desired)
+        except AlreadyExists:
+            return PREDECESSOR_RECHECK  # the cache is behind: the next look sees the Pod
+        self.writes.append(("create", f"pod {meta.namespace}/{meta.name}"))
+        self._event(instance, "Normal", "Created", f"created Pod {meta.name}")
+        return None
+
+    async def _delete_pod(
+        self, instance: Instance, pod: dict[str, Any] | None, reason: str, why: str
+    ) -> None:
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return
+        if _labels(pod).get(contract.PART_OF_LABEL) != instance.metadata.uid:
+            return
+        await self._delete(pod, f"Pod ({why})")
+        self._event(instance, "Normal", reason, f"deleting Pod {instance.metadata.name}: {why}")
+
+    async def _delete(self, obj: Mapping[str, Any], what: str) -> None:
+        meta = obj["metadata"]
+        path = PODS.path(meta["namespace"], meta["name"])
+        try:
+            # The UID precondition: never delete a Pod that replaced the one decided on.
+            await self.client.delete(path, preconditions={"uid": meta.get("uid", "")})
+        except (NotFound, Conflict):
+            return
+        self.writes.append(("delete", f"{what} {meta['namespace']}/{meta['name']}"))
+
+    async def _reconcile_service(self, instance: Instance, service: dict[str, Any] | None) -> None:
+        meta = instance.metadata
+        path = SERVICES.path(meta.namespace, meta.name)
+        ours = service is not None and _owner_uid(service) == meta.uid
+        if service is not None and not ours:
+            if _owner_uid(service) is None:
+                self._event(instance, "Warning", "ServiceConflict",
+                            f"Service {meta.name} exists and is not the Instance's")  # fmt: skip
+                return
+            if not service["metadata"].get("deletionTimestamp"):
+                await self.client.delete(path)  # a predecessor's: its node ports go with it
+                self.writes.append(("delete", f"service {meta.namespace}/{meta.name}"))
+            return
+        kept = {
+            (p.get("port"), p.get("protocol", "TCP")): p["nodePort"]
+            for p in (service or {}).get("spec", {}).get("ports") or []
+            if p.get("nodePort")
+        }
+        desired = render_service(instance, kept)
+        if desired is None:
+            if service is not None:
+                await self.client.delete(path)
+                self.writes.append(("delete", f"service {meta.namespace}/{meta.name}"))
+            return
+        if service is None:
+            try:
+                await self.client.create(SERVICES.path(meta.namespace), desired)
+            except AlreadyExists:
+                return
+            self.writes.append(("create", f"service {meta.namespace}/{meta.name}"))
+            return
+        spec = service.get("spec", {})
+        if spec.get("selector") != desired["spec"]["selector"] or _ports_differ(
+            spec.get("ports") or [], desired["spec"]["ports"]
+        ):
+            await self.client.patch(
+                path, {"spec": {"ports": desired["spec"]["ports"],
+                                "selector": desired["spec"]["selector"]}}
+            )  # fmt: skip
+            self.writes.append(("patch", f"service {meta.namespace}/{meta.name}"))
+
+    async def _write_status(
+        self,
+        instance: Instance,
+        pod: dict[str, Any] | None,
+        service: dict[str, Any] | None,
+        *,
+        problem: str | None = None,
+    ) -> None:
+        node_name = (pod or {}).get("spec", {}).get("nodeName") or ""
+        node = self.nodes.get("", node_name) if node_name else None
+        status = derive_status(instance, pod, service, node)
+        if problem is not None:
+            status = msgspec.structs.replace(status, phase_message=problem)
+        if status == instance.status:
+            return
+        meta = instance.metadata
+        if status.phase != instance.status.phase:
+            self._event(instance, "Normal", status.phase or "Unknown",
+                        status.phase_message or f"the Instance is {status.phase}")  # fmt: skip
+        path = INSTANCES.path(meta.namespace, meta.name, "status")
+        try:
+            await self.client.patch(path, _status_patch(status))
+        except NotFound:
+            return
+        self.writes.append(("patch", f"status {meta.namespace}/{meta.name} {status.phase}"))
+
+    async def _reconcile_isolation(self, namespace: str) -> None:
+        """One policy per namespace holding an Instance; only the operator's own is touched."""
+        cidrs = parse_cidrs(self.settings.isolation_cidrs)
+        existing = self.policies.get(namespace, ISOLATION_POLICY)
+        ours = existing is not None and _labels(existing).get(MANAGED_BY_LABEL) == MANAGED_BY
+        path = NETWORK_POLICIES.path(namespace, ISOLATION_POLICY)
+        if not cidrs:
+            if ours:
+                await self.client.delete(path)
+                self.writes.append(("delete", f"networkpolicy {namespace}"))
+            return
+        holds = bool(self.instances.by_index("namespace", namespace))
+        if existing is None and not holds:
+            return  # kept where it was rendered, never created for an empty namespace
+        desired = render_isolation_policy(namespace, cidrs)
+        assert desired is not None
+        if existing is None:
+            try:
+                await self.client.create(NETWORK_POLICIES.path(namespace), desired)
+            except AlreadyExists:
+                return
+            self.writes.append(("create", f"networkpolicy {namespace}"))
+            return
+        if not ours:
+            if self._told.get(f"policy:{namespace}") != "hand-written":
+                self._told[f"policy:{namespace}"] = "hand-written"
+                log.warning("%s/%s exists and was not rendered by the operator: left as it is",
+                            namespace, ISOLATION_POLICY)  # fmt: skip
+            return
+        if existing.get("spec") != desired["spec"] or _labels(existing) != _labels(desired):
+            body = {**desired, "metadata": {**desired["metadata"],
+                                            "resourceVersion": existing["metadata"].get(
+                                                "resourceVersion", "")}}  # fmt: skip
+            await self.client.update(path, body)  # reverts a manual edit, whole
+            self.writes.append(("update", f"networkpolicy {namespace}"))
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _event(self, instance: Instance, kind: str, reason: str, message: str) -> None:
+        """Record an Event on the Instance (best effort: a failed Event never fails a write)."""
+        said = f"{kind}/{reason}/{message}"
+        key = f"{instance.metadata.namespace}/{instance.metadata.name}/{instance.metadata.uid}"
+        if self._told.get(key) == said:
+            return  # the same thing again, as a repeated reconcile would: said once
+        self._told[key] = said
+        log.info("%s: %s %s: %s", key, kind, reason, message)
+        self._pending_events.append((instance, kind, reason, message))
+
+    async def flush_events(self) -> None:
+        """Write the Events recorded so far (the reconcile loop calls this after each key)."""
+        pending, self._pending_events = self._pending_events, []
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for instance, kind, reason, message in pending:
+            meta = instance.metadata
+            body = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{meta.name}.", "namespace": meta.namespace},
+                "involvedObject": {
+                    "apiVersion": f"{contract.API_GROUP}/{contract.CRD_VERSION}",
+                    "kind": "Instance",
+                    "name": meta.name,
+                    "namespace": meta.namespace,
+                    "uid": meta.uid,
+                },
+                "reason": reason,
+                "message": message[:1024],
+                "type": kind,
+                "source": {"component": COMPONENT},
+                "reportingComponent": COMPONENT,
+                "reportingInstance": self.options.identity,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            }
+            try:
+                await self.client.create(EVENTS.path(meta.namespace), body)
+            except (ApiError, KubeError) as exc:
+                log.info("event for %s/%s not recorded: %s", meta.namespace, meta.name, exc)
+
+
+def _ports_differ(current: list[dict[str, Any]], desired: list[dict[str, Any]]) -> bool:
+    """Whether the Service's ports differ from the rendering.
+
+    A server-allocated node port (which the rendering cannot know yet) is not a difference.
+    """
+    if len(current) != len(desired):
+        return True
+    for have, want in zip(current, desired, strict=True):
+        for key, value in want.items():
+            if have.get(key) != value:
+                return True
+    return False
