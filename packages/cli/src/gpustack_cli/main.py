@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
@@ -39,6 +38,9 @@ app.add_typer(simulator, name="simulator")
 
 def _version(value: bool) -> None:
     if value:
+        # Imported here: importlib.metadata costs ~40 ms that no daemon start needs.
+        from importlib.metadata import version as package_version
+
         typer.echo(f"gpustack-operator {package_version('gpustack-cli')}")
         raise typer.Exit
 
@@ -142,6 +144,15 @@ def worker(
             )
         ),
     ] = True,
+    instance_controller: Annotated[
+        bool,
+        typer.Option(
+            help=(
+                "Reconcile Instances into Pods, NodePort Services and isolation policies"
+                " (leader-elected among replicas)."
+            )
+        ),
+    ] = True,
     kubelet_access: KubeletAccessMode = "proxy",
     kubelet_port: KubeletPort = 10250,
     kubelet_certificate_authority: KubeletCA = None,
@@ -182,6 +193,7 @@ def worker(
         client_ca_file=client_ca_file,
         authentication_skip_lookup=authentication_skip_lookup,
         node_features=node_features,
+        instance_controller=instance_controller,
         kubelet=_kubelet(
             kubelet_access, kubelet_port, kubelet_certificate_authority, kubelet_insecure_tls
         ),
