@@ -20,7 +20,7 @@ bootstrap policy, written out below, and each binding must be used at least once
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,8 @@ import pytest
 import trio
 from worker_stack import WorkerStack, open_worker_stack
 
+from gpustack_kube.client import KubeClient
+from gpustack_kube.config import load_config
 from gpustack_simulator.cluster.app import Caller, Routes
 from gpustack_simulator.scenario import Fault
 
@@ -287,12 +289,61 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
     with trio.fail_after(30):
         while ("update", "nodefeatures", "") not in asked("worker"):
             await trio.sleep(0.2)
+    await _exercise_instance_controller(stack, asked)
+
+
+async def _exercise_instance_controller(
+    stack: WorkerStack, asked: Callable[[str], set[tuple[str, str, str]]]
+) -> None:
+    """Every write the Instance controller makes, driven as a user would (as admin)."""
+    config = load_config(stack.cluster.kubeconfig, context="admin")
+    assert config is not None
+    instances = "/apis/worker.gpustack.ai/v1alpha1/namespaces/team-a/instances"
+    policies = "/apis/networking.k8s.io/v1/namespaces/team-a/networkpolicies"
+    settings = "/api/v1/namespaces/gpustack-system/configmaps"
+
+    async def until(*needed: tuple[str, str, str]) -> None:
+        with trio.fail_after(30):
+            while not set(needed) <= asked("worker"):
+                await trio.sleep(0.1)
+
+    async with KubeClient(config) as admin:
+        body = {
+            "apiVersion": "worker.gpustack.ai/v1alpha1",
+            "kind": "Instance",
+            "metadata": {"name": "least-privilege", "namespace": "team-a"},
+            "spec": {"image": "busybox", "ports": [{"port": 22}]},
+        }
+        await admin.create(instances, body)
+        await until(("create", "pods", ""), ("create", "services", ""),
+                    ("patch", "instances", "status"), ("create", "events", ""))  # fmt: skip
+        await admin.patch(f"{instances}/least-privilege", {"spec": {"ports": [{"port": 2222}]}})
+        await until(("patch", "services", ""))
+        await admin.patch(f"{instances}/least-privilege", {"spec": {"stop": True}})
+        await until(("delete", "pods", ""))
+        await admin.patch(f"{instances}/least-privilege", {"spec": {"ports": None}})
+        await until(("delete", "services", ""))
+        untyped = {**body, "metadata": {"name": "untyped", "namespace": "team-a"},
+                   "spec": {"image": "busybox", "type": "no-such-type"}}  # fmt: skip
+        await admin.create(instances, untyped)
+        await until(("patch", "instances", ""))
+        configmap = {"metadata": {"name": "gpustack-operator-settings",
+                                  "namespace": "gpustack-system"},
+                     "data": {"instance-isolation-pod-cidrs": "10.244.0.0/16"}}  # fmt: skip
+        await admin.create(settings, configmap)
+        await until(("create", "networkpolicies", ""))
+        await admin.patch(f"{policies}/gpustack-instance-isolation", {"spec": {"ingress": [{}]}})
+        await until(("update", "networkpolicies", ""))
+        await admin.patch(f"{settings}/gpustack-operator-settings",
+                          {"data": {"instance-isolation-pod-cidrs": ""}})  # fmt: skip
+        await until(("delete", "networkpolicies", ""))
+        await until(("update", "leases", ""))  # the leader renews its Lease
 
 
 async def test_the_charts_rbac_grants_exactly_what_the_daemons_call(
     tmp_path: Path, recorded: list[Request]
 ) -> None:
-    async with open_worker_stack("nvidia-mixed", tmp_path) as stack:
+    async with open_worker_stack("nvidia-mixed", tmp_path, instance_controller=True) as stack:
         await _exercise(stack, recorded)
     daemons = [r for r in recorded if r.user in ACCOUNTS]
     assert {r.user for r in daemons} == set(ACCOUNTS)

@@ -173,15 +173,32 @@ async def open_device_managers(
 
 
 @asynccontextmanager
-async def open_worker_stack(scenario: str, tmp: Path) -> AsyncIterator[WorkerStack]:
-    """Stand-in + Device Manager processes + the worker, the aggregator pointed at it."""
+async def open_worker_stack(
+    scenario: str, tmp: Path, *, instance_controller: bool = False
+) -> AsyncIterator[WorkerStack]:
+    """Stand-in + Device Manager processes + the worker, the aggregator pointed at it.
+
+    With ``instance_controller`` the worker reconciles Instances too; the InstanceTypes the
+    scenario's Instances name are created first, as an administrator would have (a missing
+    type would stop them).
+    """
     async with (
         cluster_standin(scenario, tmp / "cluster") as cluster,
         open_device_managers(cluster, tmp) as managers,
         trio.open_nursery() as nursery,
     ):
         kube = load_config(cluster.kubeconfig, context="worker")
-        options = WorkerOptions(secure_port=0, bind_address="127.0.0.1")
+        if instance_controller:
+            for name in sorted({i["spec"].get("type") for i in cluster.state.expanded.instances}
+                               - {None}):  # fmt: skip
+                cluster.state.store.put("InstanceType", {
+                    "apiVersion": "worker.gpustack.ai/v1alpha1", "kind": "InstanceType",
+                    "metadata": {"name": name},
+                    "spec": {"acceleratable": True, "manufacturer": "nvidia"},
+                })  # fmt: skip
+        options = WorkerOptions(
+            secure_port=0, bind_address="127.0.0.1", instance_controller=instance_controller
+        )
         running: Running = await nursery.start(
             lambda task_status: serve(options, kube=kube, task_status=task_status)
         )

@@ -527,6 +527,10 @@ def up(
                 str(worker_tls),
                 "--device-manager-monitor-period",
                 monitor_period,
+                # The scenarios' Instances name InstanceTypes the stand-in does not hold and
+                # their Pods are the scenario's own: a controller would stop them. It is
+                # exercised against the stand-in by tests/integration/test_instance_controller.
+                "--no-instance-controller",
             ),
             logs,
         )

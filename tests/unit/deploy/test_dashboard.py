@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -123,7 +124,10 @@ def test_promtool_refuses_a_broken_query(tmp_path: Path) -> None:
 
 @needs_helm
 def test_the_configmap_is_opt_in_and_carries_the_file_and_the_sidecar_label() -> None:
-    assert not [o for o in render() if o["kind"] == "ConfigMap"]
+    dashboards = [
+        o for o in render() if o["kind"] == "ConfigMap" and "grafana_dashboard" in _labels(o)
+    ]
+    assert not dashboards
     objects = render({"grafana": {"dashboard": {"enabled": True, "namespace": "monitoring"}}})
     configmap = find(objects, "ConfigMap", "gpustack-operator-dashboard")
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -136,3 +140,8 @@ def test_the_configmap_is_opt_in_and_carries_the_file_and_the_sidecar_label() ->
         find(default_ns, "ConfigMap", "gpustack-operator-dashboard")["metadata"]["namespace"]
         == NAMESPACE
     )
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = obj["metadata"].get("labels") or {}
+    return labels

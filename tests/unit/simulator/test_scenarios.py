@@ -591,8 +591,13 @@ DAEMON_NEEDS = [
     ("watch", WORKER_GROUP, "instances", "", ""),
     ("get", WORKER_GROUP, "instances", "metrics", "team-a"),
 ]
-DAEMON_DENIED = [
+WORKER_ONLY = [
     ("delete", "", "pods", "", "team-a"),
+    ("create", "", "pods", "", "team-a"),
+    ("patch", WORKER_GROUP, "instances", "status", "team-a"),
+    ("update", "coordination.k8s.io", "leases", "", "gpustack-system"),
+]
+DAEMON_DENIED = [
     ("get", "", "configmaps", "", "default"),
     ("get", "", "secrets", "", "kube-system"),
     ("patch", "", "nodes", "", ""),
@@ -613,6 +618,15 @@ def test_service_users_have_what_their_daemons_need_and_no_more(user: str) -> No
             user, verb=verb, group=group, resource=resource, subresource=sub, namespace=ns
         )
         assert not ok, (verb, resource, sub, ns)
+    for verb, group, resource, sub, ns in WORKER_ONLY:  # the Instance controller's writes
+        ok, _ = ex.allowed(
+            user, verb=verb, group=group, resource=resource, subresource=sub, namespace=ns
+        )
+        assert ok is (user == "worker"), (user, verb, resource, sub, ns)
+    for ns in ("default", "team-a"):  # its Lease only where the worker runs
+        ok, _ = ex.allowed("worker", verb="update", group="coordination.k8s.io",
+                           resource="leases", namespace=ns)  # fmt: skip
+        assert not ok
 
 
 def test_scenario_users_are_scoped_to_their_namespaces() -> None:

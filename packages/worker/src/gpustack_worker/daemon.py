@@ -41,6 +41,7 @@ from gpustack_worker.authn import (
     with_overrides,
 )
 from gpustack_worker.authz import Authorizer
+from gpustack_worker.instances.controller import ControllerOptions, InstanceController
 from gpustack_worker.nodefeatures import run_node_features
 from gpustack_worker.subresource import Sources, device_manager_client
 from gpustack_worker.summaries import SummaryCache
@@ -88,6 +89,13 @@ class WorkerOptions:
     hosts: Sequence[str] = field(default_factory=lambda: ("localhost", "127.0.0.1"))
     node_features: bool = True
     """Publish every Node's ``<node>-gpustack-worker`` NodeFeature (nodefeatures.py)."""
+    instance_controller: bool = False
+    """Reconcile Instances into Pods and Services (instances/controller.py), leader-elected.
+    Off here so an embedding (a test, a frozen scenario) opts in; the CLI turns it on."""
+    identity: str = field(
+        default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname()
+    )
+    """This replica's name in the controller's Lease: the Pod name where the chart sets it."""
 
 
 @dataclass
@@ -328,10 +336,16 @@ def _start_tasks(
     client: KubeClient,
     settings: Callable[[], Awaitable[None]],
 ) -> None:
-    """The worker's background loops: the settings watch, and the Nodes' NodeFeatures."""
+    """The worker's background loops: settings, the Nodes' NodeFeatures, the controller."""
     nursery.start_soon(settings)
     if options.node_features:
         nursery.start_soon(run_node_features, client, options.system_namespace)
+    if options.instance_controller:
+        controller = InstanceController(
+            client,
+            ControllerOptions(system_namespace=options.system_namespace, identity=options.identity),
+        )
+        nursery.start_soon(controller.run)
 
 
 def _summary_reader(

@@ -86,6 +86,15 @@ BUILTIN: tuple[Resource, ...] = (
     ),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True, singular="lease", status=False),
     Resource(
+        "node.k8s.io",
+        "v1",
+        "runtimeclasses",
+        "RuntimeClass",
+        False,
+        singular="runtimeclass",
+        status=False,
+    ),
+    Resource(
         "nfd.k8s-sigs.io",
         "v1alpha1",
         "nodefeatures",

@@ -97,6 +97,33 @@ def _daemon_rules() -> tuple[Rule, ...]:
     )
 
 
+def _worker_rules() -> tuple[Rule, ...]:
+    """The daemons' reads, plus what only the worker writes: its controller and its webhook."""
+    read = ("get", "list", "watch")
+    return (
+        *_daemon_rules(),
+        # The Pod admission webhook's fold reads the cards' memory.
+        _rule([API_GROUP], ["devices"], ["list"]),
+        # The Instance controller: the Pods, Services and policies it renders, the Instances'
+        # stop and status, their types, Events, its Lease and the operator Settings.
+        _rule([""], ["pods"], ["create", "delete"]),
+        _rule([""], ["services"], [*read, "create", "patch", "delete"]),
+        _rule(["networking.k8s.io"], ["networkpolicies"], [*read, "create", "update", "delete"]),
+        _rule([API_GROUP], ["instances"], ["patch"]),
+        _rule([API_GROUP], ["instances/status"], ["patch"]),
+        _rule([API_GROUP], ["instancetypes"], read),
+        _rule([""], ["events"], ["create"]),
+        _rule(["node.k8s.io"], ["runtimeclasses"], ["list"]),
+        _rule(
+            ["coordination.k8s.io"],
+            ["leases"],
+            ["get", "create", "update"],
+            namespaces=(SYSTEM_NAMESPACE,),
+        ),
+        _rule([""], ["configmaps"], read, namespaces=(SYSTEM_NAMESPACE,)),
+    )
+
+
 def builtin_users() -> tuple[UserDoc, ...]:
     """The users every scenario has, each shaped after a question a test asks of RBAC."""
     service = ("system:serviceaccounts", f"system:serviceaccounts:{SYSTEM_NAMESPACE}")
@@ -118,7 +145,7 @@ def builtin_users() -> tuple[UserDoc, ...]:
             groups=(*service, "system:authenticated"),
             rules=_daemon_rules(),
         ),
-        UserDoc(name="worker", groups=(*service, "system:authenticated"), rules=_daemon_rules()),
+        UserDoc(name="worker", groups=(*service, "system:authenticated"), rules=_worker_rules()),
         # What Prometheus' `kubernetes_sd_configs` (role: endpoints) lists and watches, and
         # nothing else: a scrape setup reaching for more shows up as a 403.
         UserDoc(
