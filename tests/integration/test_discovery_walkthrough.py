@@ -170,10 +170,24 @@ async def test_walkthrough_node_labels_devices_and_ledger(tmp_path: Path) -> Non
                 }
             ]
         }
-        labels = devices["metadata"]["labels"]
-        assert labels["kubernetes.io/os"] == "linux"
-        assert labels["kubernetes.io/arch"] == "amd64"
-        assert labels["acceleratable.feature.gpustack.ai/nvidia-a10g"] == "true"
+        # The walkthrough's Devices labels, letter for letter (the worker's keys arrive on the
+        # Node first, then the Device Manager's next period copies them).
+        walkthrough_labels = {
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "gpustack.ai/managed": "true",
+            "general.feature.gpustack.ai/amd-epyc-7r32": "true",
+            "acceleratable.feature.gpustack.ai/nvidia-a10g": "true",
+        }
+        await _eventually(
+            lambda: (
+                (managers.get("Devices", "node-a10g") or {}).get("metadata", {}).get("labels")
+                == walkthrough_labels
+            ),
+            "the walkthrough's Devices labels",
+        )
+        devices = managers.get("Devices", "node-a10g")
+        assert devices is not None
         assert devices["metadata"]["ownerReferences"][0]["kind"] == "Node"
         (group,) = devices["spec"]["groups"]
         assert {k: group[k] for k in ("id", "manufacturer", "name", "memory", "cores")} == {

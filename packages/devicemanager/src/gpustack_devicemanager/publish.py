@@ -32,12 +32,17 @@ from gpustack_core import contract
 from gpustack_core.devices import GroupSpec, LedgerGroup
 from gpustack_core.features import (
     ACCELERATABLE_PREFIX,
+    CPU_NAME_ANNOTATION,
+    GENERAL_PREFIX,
+    MANAGED_LABEL,
+    NFD_CPU_VENDOR_LABEL,
     NODE_ACCELERATABLE,
     Card,
     Grouped,
     Partition,
     acceleratable_labels,
     accelerator_key,
+    general_key,
     groups_from_cards,
     unknown_reason,
 )
@@ -154,18 +159,30 @@ def devices_labels(
     current: Mapping[str, str],
     manufacturer: str,
     groups: Sequence[GroupSpec],
-    node_labels: Mapping[str, str],
+    node: Mapping[str, Any],
 ) -> dict[str, str]:
-    """The Devices object's labels: this manufacturer's accelerator keys, os/arch from the Node.
+    """The Devices object's labels, as the walkthrough shows them.
 
-    A key of this manufacturer no longer detected is dropped; every other label (the worker's
-    ``gpustack.ai/managed`` and CPU key, another manufacturer's keys) is kept.
+    This manufacturer's accelerator keys (one no longer detected is dropped), and from the
+    Node: ``kubernetes.io/os|arch``, the worker's ``gpustack.ai/managed`` and its CPU key
+    ``general.feature.gpustack.ai/<gKey>`` (derived as the worker derives it, copied only while
+    the Node carries it) — so a node taken out of management loses ``managed`` here too. Every
+    other label is kept.
     """
+    meta = node.get("metadata") or {}
+    node_labels = meta.get("labels") or {}
+    gkey = GENERAL_PREFIX + general_key(
+        (meta.get("annotations") or {}).get(CPU_NAME_ANNOTATION),
+        node_labels.get(NFD_CPU_VENDOR_LABEL),
+    )
     own = ACCELERATABLE_PREFIX + manufacturer + "-"
-    labels = {k: v for k, v in current.items() if not k.startswith(own)}
-    for key in (OS_LABEL, ARCH_LABEL):
-        if key in node_labels:
-            labels[key] = node_labels[key]
+    copied = (OS_LABEL, ARCH_LABEL, MANAGED_LABEL, gkey)
+
+    def from_node(key: str) -> bool:
+        return key in copied or key.startswith(GENERAL_PREFIX)
+
+    labels = {k: v for k, v in current.items() if not k.startswith(own) and not from_node(k)}
+    labels.update({k: node_labels[k] for k in copied if k in node_labels})
     for group in groups:
         labels[ACCELERATABLE_PREFIX + accelerator_key(group)] = "true"
     return labels
@@ -194,17 +211,18 @@ class Publisher:
     namespace: str
     groups: tuple[GroupSpec, ...]
     owner: dict[str, Any] | None = None
-    node_labels: dict[str, str] = field(default_factory=dict)
+    node_object: dict[str, Any] = field(default_factory=dict)
+    """The Node as last read: its labels and annotations feed the Devices labels."""
     written_status: list[Any] | None = None
     reported: set[str] = field(default_factory=set)
     writes: int = 0
     """Writes sent (creates, updates); tests and ``/debug`` read it to prove "no write"."""
 
     async def read_node(self) -> None:
-        """The Node's UID (for ownerReferences) and its os/arch labels."""
+        """The Node's UID (for ownerReferences) and the labels its Devices copies."""
         node = await self.client.get(NODES.path(name=self.node))
         self.owner = owner_reference(node)
-        self.node_labels = dict((node.get("metadata") or {}).get("labels") or {})
+        self.node_object = node
 
     def _owner(self) -> dict[str, Any]:
         if self.owner is None:
@@ -261,7 +279,7 @@ class Publisher:
                     "metadata": {
                         "name": self.node,
                         "labels": devices_labels(
-                            {}, self.manufacturer, self.groups, self.node_labels
+                            {}, self.manufacturer, self.groups, self.node_object
                         ),
                         "ownerReferences": [self._owner()],
                     },
@@ -274,7 +292,7 @@ class Publisher:
             spec = current.get("spec") or {}
             groups = merged_groups(spec.get("groups") or [], self.manufacturer, mine)
             labels = devices_labels(
-                meta.get("labels") or {}, self.manufacturer, self.groups, self.node_labels
+                meta.get("labels") or {}, self.manufacturer, self.groups, self.node_object
             )
             if groups == spec.get("groups") and labels == (meta.get("labels") or {}):
                 return False
@@ -351,7 +369,7 @@ async def run_publisher(
 ) -> None:
     """Keep the NodeFeature, the spec and the ledger current, for ever.
 
-    The NodeFeature and the spec are checked every ``period`` seconds (a read each, a write
+    The Node, the NodeFeature and the spec are read every ``period`` seconds (a write
     only when someone changed or deleted them); the ledger is rebuilt every time the Pod
     informer changes. A failed round is retried after a backoff. ``task_status`` is reported
     after the first round, written or failed, so a caller is never held up by the API server.
@@ -363,8 +381,7 @@ async def run_publisher(
         try:
             now = trio.current_time()
             if checked_at is None or now - checked_at >= period:
-                if publisher.owner is None:
-                    await publisher.read_node()
+                await publisher.read_node()  # its labels change: the worker's CPU keys
                 await publisher.publish_nodefeature()
                 await publisher.publish_spec()
                 publisher.written_status = None  # re-read the status too, once a period
