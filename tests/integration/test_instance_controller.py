@@ -146,17 +146,19 @@ async def test_stop_keeps_the_service_and_start_gets_the_same_node_ports(harness
     await harness.phase("ws", "Stopped")
     await harness.gone(f"{PODS}/ws")
     assert node_ports(await harness.client.get(f"{SERVICES}/ws")) == before
-    # Edited while stopped: 22 kept, 80 removed, 8888 added.
+    # Edited while stopped: 22 kept, 80 removed, 8888 added — applied when it starts again.
     edit = {"spec": {"ports": [{"port": 22}, {"port": 8888}]}}
     await harness.client.patch(f"{INSTANCES}/ws", edit)
+    await _quiet(harness)
+    assert node_ports(await harness.client.get(f"{SERVICES}/ws")) == before  # untouched
+    await harness.client.patch(f"{INSTANCES}/ws", {"spec": {"stop": False}})
 
     async def edited() -> dict[int, int] | None:
         ports = node_ports(await harness.client.get(f"{SERVICES}/ws"))
         return ports if set(ports) == {22, 8888} else None
 
-    after = await harness.eventually(edited, "the ports edited while stopped")
+    after = await harness.eventually(edited, "the ports edited while stopped, on start")
     assert after[22] == before[22]
-    await harness.client.patch(f"{INSTANCES}/ws", {"spec": {"stop": False}})
     ready = await harness.phase("ws", "Ready")
     assert {p["port"]: p["nodePort"] for p in ready["status"]["ports"]} == after
     # Clearing the ports deletes the Service with its allocations.

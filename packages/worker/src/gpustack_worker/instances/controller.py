@@ -343,7 +343,10 @@ class InstanceController:
         if unavailable is not None and not instance.spec.stop:
             await self._stop(instance, unavailable)
             return None
-        await self._reconcile_service(instance, service)
+        if not instance.spec.stop:
+            # Ports edited while stopped apply when the Instance starts again (gpu-instances.md):
+            # until then the Service and every node port a user connected to stay as they are.
+            await self._reconcile_service(instance, service)
         recheck = None
         problem = None
         if instance.spec.stop:
