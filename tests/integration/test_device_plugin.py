@@ -19,7 +19,6 @@ from typing import Any
 import grpc
 import pytest
 import trio
-from fakekubelet import FakeKubelet
 
 from gpustack_core import contract
 from gpustack_core.allocation import parse_allocation
@@ -51,6 +50,7 @@ from gpustack_kube.informer import Informer
 from gpustack_kube.paths import PODS
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.cluster.state import POD
+from gpustack_simulator.fakekubelet import FakeKubelet
 from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.testing import cluster_standin
@@ -203,6 +203,20 @@ async def wait_for(stack_: Stack, predicate: Callable[[], bool]) -> None:
     await trio.to_thread.run_sync(stack_.kubelet.wait, predicate)
 
 
+NVIDIA_SIZES = {
+    "nvidia.com/gpu": 2,
+    "nvidia.com/gpu.shared": 20,
+    "nvidia.com/gpu.sliced": 8,
+    "nvidia.com/gpu.partitioned": 2,
+    "device.gpustack.ai/nvidia.visibility": 1024,
+}
+
+
+async def nvidia_ready(s: Stack) -> None:
+    """Every plugin registered and its first ListAndWatch list in (each on its own stream)."""
+    await wait_for(s, lambda: all(len(s.kubelet.devices(r)) == n for r, n in NVIDIA_SIZES.items()))
+
+
 ALL_NVIDIA = {
     "nvidia.com/gpu",
     "nvidia.com/gpu.shared",
@@ -225,13 +239,12 @@ async def test_registers_every_mode_and_again_after_a_kubelet_restart(tmp_path: 
             "nvidia.com/gpu.partitioned",
             "device.gpustack.ai/nvidia.visibility",
         }
-        await wait_for(s, lambda: len(kubelet.devices("nvidia.com/gpu")) == 2)
+        # Each plugin's first ListAndWatch message arrives on its own stream: wait for all.
+        await nvidia_ready(s)
         assert kubelet.devices("nvidia.com/gpu") == {
             "h100:GPU-0:0000": "Healthy",
             "h100:GPU-1:0000": "Healthy",
         }
-        assert len(kubelet.devices("nvidia.com/gpu.shared")) == 20
-        assert len(kubelet.devices("nvidia.com/gpu.sliced")) == 8
         assert sorted(kubelet.devices("nvidia.com/gpu.partitioned")) == [
             "h100:GPU-1:0000",
             "h100:GPU-1:0001",
@@ -239,7 +252,7 @@ async def test_registers_every_mode_and_again_after_a_kubelet_restart(tmp_path: 
 
         await s.call(kubelet.restart)
         await wait_for(s, lambda: len(kubelet.registrations) == 10)
-        await wait_for(s, lambda: len(kubelet.devices("nvidia.com/gpu")) == 2)
+        await nvidia_ready(s)
         assert set(kubelet.plugins) == ALL_NVIDIA
         with trio.fail_after(5):
             while s.plugins.registrations < 10:  # counted once the kubelet's answer is back
@@ -252,7 +265,7 @@ async def test_sliced_allocation_is_annotated_injected_and_turns_the_card_unheal
 ) -> None:
     async with stack(tmp_path, "nvidia", nvidia()) as s:
         kubelet = s.kubelet
-        await wait_for(s, lambda: len(kubelet.devices("nvidia.com/gpu")) == 2)
+        await nvidia_ready(s)
         s.add_pod(
             "slice",
             {
@@ -321,6 +334,9 @@ async def test_sliced_allocation_is_annotated_injected_and_turns_the_card_unheal
             s, lambda: kubelet.devices("nvidia.com/gpu")["h100:GPU-0:0000"] == "Unhealthy"
         )
         assert kubelet.devices("nvidia.com/gpu")["h100:GPU-1:0000"] == "Healthy"
+        await wait_for(
+            s, lambda: kubelet.devices("nvidia.com/gpu.shared")["h100:GPU-0:0000"] == "Unhealthy"
+        )
         shared = kubelet.devices("nvidia.com/gpu.shared")
         assert {h for i, h in shared.items() if ":GPU-0:" in i} == {"Unhealthy"}
         assert {h for i, h in kubelet.devices("nvidia.com/gpu.sliced").items()} == {"Healthy"}
@@ -347,7 +363,7 @@ async def test_partitioned_allocation_records_the_partition_and_selects_it(
 ) -> None:
     async with stack(tmp_path, "nvidia", nvidia()) as s:
         kubelet = s.kubelet
-        await wait_for(s, lambda: len(kubelet.devices("nvidia.com/gpu.partitioned")) == 2)
+        await nvidia_ready(s)
         s.add_pod(
             "mig",
             {
@@ -425,7 +441,7 @@ async def test_amd_exclusive_mounts_the_device_nodes(tmp_path: Path) -> None:
 async def test_foreign_ids_and_unknown_pods_are_refused(tmp_path: Path) -> None:
     async with stack(tmp_path, "nvidia", nvidia()) as s:
         kubelet = s.kubelet
-        await wait_for(s, lambda: len(kubelet.devices("nvidia.com/gpu")) == 2)
+        await nvidia_ready(s)
         s.add_pod("foreign", {"main": {"nvidia.com/gpu": "1"}})
         with pytest.raises(grpc.RpcError) as foreign:
             await s.call(

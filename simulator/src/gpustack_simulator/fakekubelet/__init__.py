@@ -8,14 +8,15 @@ PodResources only after the plugin answered (the kubelet's order). ``restart`` w
 device-plugin directory and serves a new ``kubelet.sock``, which is what a kubelet restart
 looks like to a plugin.
 
-The simulator cannot import the Device Manager's generated API (the layer rules), so this
-lives with the tests.
+It speaks :mod:`gpustack_kube.kubeletapi`, the same typed API the Device Manager serves, so a
+local run (and the plugin tests) exercise the real gRPC wire on real unix sockets.
 """
 
 from __future__ import annotations
 
 import shutil
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,11 +59,11 @@ class FakeKubelet:
         self.assigned: dict[tuple[str, str, str], dict[str, list[str]]] = {}
         self._server: grpc.Server | None = None
         self._pod_resources: grpc.Server | None = None
-        self._watches: list[grpc.Future] = []  # type: ignore[type-arg]
 
     # -- servers ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Serve Registration (and PodResources, once) on the configured sockets."""
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         self.pod_resources_socket.parent.mkdir(parents=True, exist_ok=True)
         self._server = grpc.server(ThreadPoolExecutor(max_workers=4))
@@ -86,6 +87,7 @@ class FakeKubelet:
         self.start()
 
     def stop(self) -> None:
+        """Stop both servers and drop the plugin channels."""
         self._stop_registration()
         for plugin in self.plugins.values():
             plugin.channel.close()
@@ -100,6 +102,7 @@ class FakeKubelet:
     # -- Registration ----------------------------------------------------------------------
 
     def register(self, request: dp.RegisterRequest, context: grpc.ServicerContext) -> None:
+        """Accept a plugin: dial its endpoint, read its options, follow its ListAndWatch."""
         if request.version != "v1beta1":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"version {request.version!r}")
         channel = grpc.insecure_channel(unix_target(self.plugin_dir / request.endpoint))
@@ -124,14 +127,14 @@ class FakeKubelet:
         except grpc.RpcError:
             return  # the channel was closed, or the plugin went away
 
-    def wait(self, predicate: object, timeout: float = 10.0) -> None:
+    def wait(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
         """Block until ``predicate()`` holds (under the lock), or fail after ``timeout``."""
-        assert callable(predicate)
         with self._condition:
             if not self._condition.wait_for(predicate, timeout=timeout):
                 raise TimeoutError("the fake kubelet did not see the expected state in time")
 
     def devices(self, resource: str) -> dict[str, str]:
+        """The latest device list of ``resource`` (ID → health); empty when unregistered."""
         with self._condition:
             plugin = self.plugins.get(resource)
             return dict(plugin.devices) if plugin is not None else {}
@@ -141,6 +144,7 @@ class FakeKubelet:
     def allocate(
         self, resource: str, ids: list[str], pod: tuple[str, str], container: str
     ) -> dp.ContainerAllocateResponse:
+        """Allocate ``ids`` for one container; recorded in PodResources once answered."""
         plugin = self.plugins[resource]
         request = dp.AllocateRequest()
         request.container_requests.add(devices_ids=ids)
@@ -150,6 +154,7 @@ class FakeKubelet:
         return answer.container_responses[0]
 
     def preferred(self, resource: str, available: list[str], size: int) -> list[str]:
+        """The plugin's ``GetPreferredAllocation`` answer for one container."""
         request = dp.PreferredAllocationRequest()
         request.container_requests.add(available_deviceIDs=available, allocation_size=size)
         answer = self.plugins[resource].client.preferred_allocation(request, timeout=5)
@@ -158,6 +163,7 @@ class FakeKubelet:
     # -- PodResources ------------------------------------------------------------------------
 
     def list(self) -> pr.ListPodResourcesResponse:
+        """Every recorded assignment, per Pod and container."""
         response = pr.ListPodResourcesResponse()
         with self._condition:
             assigned = {k: dict(v) for k, v in self.assigned.items()}
@@ -175,6 +181,7 @@ class FakeKubelet:
     def get(
         self, request: pr.GetPodResourcesRequest, context: grpc.ServicerContext
     ) -> pr.GetPodResourcesResponse:
+        """One Pod's assignments, or ``NOT_FOUND``."""
         for pod in self.list().pod_resources:
             if (pod.namespace, pod.name) == (request.pod_namespace, request.pod_name):
                 return pr.GetPodResourcesResponse(pod_resources=pod)
@@ -182,6 +189,7 @@ class FakeKubelet:
         raise AssertionError("abort raises")
 
     def allocatable(self) -> pr.AllocatableResourcesResponse:
+        """Every device each registered plugin advertises."""
         response = pr.AllocatableResourcesResponse()
         with self._condition:
             for resource, plugin in self.plugins.items():
