@@ -68,6 +68,10 @@ def test_identity(crd: dict[str, Any]) -> None:
     columns = {c["name"]: (c["type"], c["jsonPath"]) for c in version["additionalPrinterColumns"]}
     assert columns == {
         "Phase": ("string", ".status.phase"),
+        "Type": ("string", ".spec.type"),
+        "Accelerator": ("string", ".spec.resources.accelerator"),
+        "Memory%": ("integer", ".spec.resources.acceleratorSlicedMemoryPercentage"),
+        "Profile": ("string", ".spec.resources.acceleratorPartitionedProfile"),
         "Node": ("string", ".status.nodeName"),
         "Age": ("date", ".metadata.creationTimestamp"),
     }
