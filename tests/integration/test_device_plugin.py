@@ -51,6 +51,7 @@ from gpustack_kube.paths import PODS
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.cluster.state import POD
 from gpustack_simulator.fakekubelet import FakeKubelet
+from gpustack_simulator.fakekubelet.admission import DeviceAdmission
 from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.testing import cluster_standin
@@ -536,3 +537,50 @@ async def test_the_daemon_serves_the_plugins_of_its_recording(tmp_path: Path) ->
     finally:
         await trio.to_thread.run_sync(kubelet.stop)
         shutil.rmtree(short, ignore_errors=True)
+
+
+async def test_pods_created_through_the_api_are_admitted_by_the_fake_kubelet(
+    tmp_path: Path,
+) -> None:
+    """The stand-in starts a Pod only after the fake kubelet's Allocate calls; no annotation
+    is written by anyone but the Device Manager's plugin."""
+    async with stack(tmp_path, "nvidia", nvidia()) as s, trio.open_nursery() as nursery:
+        await nvidia_ready(s)
+        admission = DeviceAdmission(s.cluster.state, {NODE: s.kubelet}, nursery)
+        s.cluster.state.device_admission = admission
+
+        def pod(name: str, limits: dict[str, str]) -> dict[str, Any]:
+            return {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {
+                    "nodeName": NODE,
+                    "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}],
+                },
+            }
+
+        sliced = {"nvidia.com/gpu.sliced": "1", "nvidia.com/gpu.sliced.units": "800000"}
+        await s.client.create(PODS.path(NAMESPACE), pod("api-slice", sliced))
+        with trio.fail_after(15):
+            while True:
+                got = await s.client.get(PODS.path(NAMESPACE, "api-slice"))
+                if got.get("status", {}).get("phase") == "Running":
+                    break
+                await trio.sleep(0.05)
+        entry = (await s.annotation("api-slice"))["main"]
+        (accelerator,) = entry["devices"]["groups"][0]["accelerators"]
+        assert (accelerator["mode"], accelerator["allocated"]) == (3, 800_000)
+        assert entry["deviceIDs"] == [f"h100:{accelerator['id']}:0000"]
+
+        # Two whole cards are asked while one is sliced: the kubelet cannot pick, the Pod fails.
+        await s.client.create(PODS.path(NAMESPACE), pod("api-two", {"nvidia.com/gpu": "2"}))
+        with trio.fail_after(15):
+            while True:
+                got = await s.client.get(PODS.path(NAMESPACE, "api-two"))
+                if got.get("status", {}).get("phase") == "Failed":
+                    break
+                await trio.sleep(0.05)
+        assert got["status"]["reason"] == "UnexpectedAdmissionError"
+        assert "nvidia.com/gpu: 2 asked, 1 healthy and free" in got["status"]["message"]
+        nursery.cancel_scope.cancel()

@@ -245,8 +245,23 @@ class NodeSimulator:
                 return ip
         raise StatusError(500, f"node {node_name} has no Pod IP left")
 
-    def _start(self, pod: Mapping[str, Any]) -> None:
+    def start(self, namespace: str, name: str) -> None:
+        """Start a bound Pending Pod now, past the device admission (which calls this)."""
+        pod = self.state.store.get(POD, namespace, name)
+        if (
+            pod is not None
+            and pod["spec"].get("nodeName")
+            and (pod.get("status", {}).get("phase") == "Pending")
+        ):
+            self._start(pod, admitted=True)
+
+    def _start(self, pod: Mapping[str, Any], *, admitted: bool = False) -> None:
         """Run every container: the statuses a kubelet reports once they are up."""
+        admission = self.state.device_admission
+        if not admitted and admission is not None:
+            meta = pod["metadata"]
+            if not admission(dict(pod), lambda: self.start(meta["namespace"], meta["name"])):
+                return  # the fake kubelet is calling Allocate; it starts the Pod after
         running = copy.deepcopy(dict(pod))
         meta, spec = running["metadata"], running["spec"]
         node = self.state.store.get(NODE, "", spec["nodeName"]) or {}

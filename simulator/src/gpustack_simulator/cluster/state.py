@@ -82,6 +82,10 @@ class ScenarioClock:
         self.offset += seconds
 
 
+DeviceAdmission = Callable[[dict[str, Any], Callable[[], None]], bool]
+"""``(pod, start) → start now?``; ``False`` means it will call ``start()`` (or fail the Pod)."""
+
+
 @dataclass
 class ClusterState:
     """Everything the routes read; every mutation goes through here so watches see it."""
@@ -97,6 +101,9 @@ class ClusterState:
     webhook_services: dict[tuple[str, str, int], str] = field(default_factory=dict)
     """``(namespace, name, port)`` of a Service → the ``host:port`` an admission webhook's
     ``clientConfig.service`` is called at; cluster IPs do not route here (admission.py)."""
+    device_admission: DeviceAdmission | None = None
+    """The fake kubelet's device admission (``gpustack_simulator.fakekubelet``): a bound Pod
+    it answers ``False`` for stays Pending until it has called Allocate and then ``start``."""
 
     def __post_init__(self) -> None:
         self.faults = list(self.expanded.faults)

@@ -139,6 +139,11 @@ class FakeKubelet:
             plugin = self.plugins.get(resource)
             return dict(plugin.devices) if plugin is not None else {}
 
+    def assigned_ids(self, resource: str) -> set[str]:
+        """Device IDs of ``resource`` some container holds (PodResources' view)."""
+        with self._condition:
+            return {i for held in self.assigned.values() for i in held.get(resource, ())}
+
     # -- the calls a kubelet makes -------------------------------------------------------------
 
     def allocate(
