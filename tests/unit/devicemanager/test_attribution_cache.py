@@ -139,3 +139,15 @@ def test_cached_answers_equal_uncached_ones(
                 write(root, pid, systemd(pod, container), started=started, state=state)
             pids = sorted({pid for pid, *_ in tick})
             assert attribute(pids, root, PODS, cache=cache) == attribute(pids, root, PODS)
+
+
+def test_a_process_that_renames_itself_is_read_again(tmp_path: Path) -> None:
+    """``comm`` decides "mediated"; ``stat`` carries it, so a rename costs no extra read."""
+    write(tmp_path, 10, systemd(POD, MAIN), started=7)
+    cache = AttributionCache()
+    assert attribute([10], tmp_path, PODS, cache=cache) == {10: Attributed(POD, "main")}
+    write(tmp_path, 10, systemd(POD, MAIN), started=7, comm="nvidia-cuda-mps-server")
+    assert attribute([10], tmp_path, PODS, cache=cache) == {
+        10: Unattributed(AttributionReason.MEDIATED)
+    }
+    assert cache.hits == 0

@@ -127,11 +127,19 @@ _START_TIME_FIELD = 22 - 3
 
 
 def _start_time(stat: bytes) -> str | None:
-    """When the process started (clock ticks since boot): with the PID, its identity."""
+    """The process as ``stat`` names it: start time (clock ticks since boot) and command name.
+
+    With the PID, the start time identifies the process; the name (``stat`` carries ``comm``
+    in parentheses, so it costs no read) is kept too, because a process can rename itself
+    (``prctl``) and the name decides whether it is the MPS daemon: a renamed process is read
+    in full again.
+    """
     fields = _fields(stat)
     if fields is None or len(fields) <= _START_TIME_FIELD:
         return None
-    return fields[_START_TIME_FIELD]
+    text = stat.decode("utf-8", "surrogateescape")
+    name = text[text.find("(") + 1 : text.rfind(")")]
+    return f"{fields[_START_TIME_FIELD]}:{name}"
 
 
 _MEDIATED = Unattributed(AttributionReason.MEDIATED)
@@ -141,11 +149,12 @@ _MEDIATED = Unattributed(AttributionReason.MEDIATED)
 class AttributionCache:
     """What the last ticks learnt per process, keyed by PID and checked by start time.
 
-    A process's cgroup and command name are fixed for its life in practice (container
-    processes are not migrated), and a PID with the same start time is the same process, so
-    once a PID was placed a later tick needs only its ``stat`` (state and start time): one
-    read instead of four. A reused PID has a new start time and is read in full again, so it
-    is never placed on the previous process's Pod. Entries of PIDs not asked about in a tick
+    A process's cgroup is fixed for its life in practice (container processes are not
+    migrated), and a PID with the same start time is the same process, so once a PID was
+    placed a later tick needs only its ``stat`` (state, name and start time): one read instead
+    of four. A name that changed is read in full, as a new process would be. A reused PID has
+    a new start time and is read in full again, so it is never placed on the previous
+    process's Pod. Entries of PIDs not asked about in a tick
     are dropped at its end: the cache holds at most one tick's PIDs.
     """
 
