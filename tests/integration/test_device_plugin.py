@@ -152,9 +152,9 @@ def add_pod(
     cluster.state.pods_changed()
 
 
-def admin(cluster: RunningCluster) -> KubeConfig:
-    # The stand-in's device-manager role grants no Pod patch yet; the chart's must (see docs).
-    loaded = load_config(cluster.kubeconfig, context="admin", environ={})
+def device_manager(cluster: RunningCluster) -> KubeConfig:
+    # The Device Manager's own identity: its role reads Pods and patches their annotation.
+    loaded = load_config(cluster.kubeconfig, context="device-manager", environ={})
     assert loaded is not None
     return loaded
 
@@ -169,7 +169,7 @@ async def stack(tmp_path: Path, manufacturer: str, inventory: Inventory) -> Asyn
     try:
         async with (
             cluster_standin("nvidia-mixed", tmp_path) as cluster,
-            KubeClient(admin(cluster)) as client,
+            KubeClient(device_manager(cluster)) as client,
             trio.open_nursery() as nursery,
         ):
             informer: Informer[NodePod] = Informer(
@@ -500,7 +500,10 @@ async def test_the_daemon_serves_the_plugins_of_its_recording(tmp_path: Path) ->
         ):
             running: Running = await nursery.start(
                 lambda task_status: serve(
-                    options, replay_backend(recording), kube=admin(cluster), task_status=task_status
+                    options,
+                    replay_backend(recording),
+                    kube=device_manager(cluster),
+                    task_status=task_status,
                 )
             )
             assert running.plugins is not None
@@ -545,6 +548,9 @@ async def test_pods_created_through_the_api_are_admitted_by_the_fake_kubelet(
     """The stand-in starts a Pod only after the fake kubelet's Allocate calls; no annotation
     is written by anyone but the Device Manager's plugin."""
     async with stack(tmp_path, "nvidia", nvidia()) as s, trio.open_nursery() as nursery:
+        config = load_config(s.cluster.kubeconfig, context="admin", environ={})
+        assert config is not None
+        user = KubeClient(config)  # a user creates the Pods; the plugin writes as itself
         await nvidia_ready(s)
         admission = DeviceAdmission(s.cluster.state, {NODE: s.kubelet}, nursery)
         s.cluster.state.device_admission = admission
@@ -561,7 +567,7 @@ async def test_pods_created_through_the_api_are_admitted_by_the_fake_kubelet(
             }
 
         sliced = {"nvidia.com/gpu.sliced": "1", "nvidia.com/gpu.sliced.units": "800000"}
-        await s.client.create(PODS.path(NAMESPACE), pod("api-slice", sliced))
+        await user.create(PODS.path(NAMESPACE), pod("api-slice", sliced))
         with trio.fail_after(15):
             while True:
                 got = await s.client.get(PODS.path(NAMESPACE, "api-slice"))
@@ -574,7 +580,7 @@ async def test_pods_created_through_the_api_are_admitted_by_the_fake_kubelet(
         assert entry["deviceIDs"] == [f"h100:{accelerator['id']}:0000"]
 
         # Two whole cards are asked while one is sliced: the kubelet cannot pick, the Pod fails.
-        await s.client.create(PODS.path(NAMESPACE), pod("api-two", {"nvidia.com/gpu": "2"}))
+        await user.create(PODS.path(NAMESPACE), pod("api-two", {"nvidia.com/gpu": "2"}))
         with trio.fail_after(15):
             while True:
                 got = await s.client.get(PODS.path(NAMESPACE, "api-two"))
@@ -583,4 +589,5 @@ async def test_pods_created_through_the_api_are_admitted_by_the_fake_kubelet(
                 await trio.sleep(0.05)
         assert got["status"]["reason"] == "UnexpectedAdmissionError"
         assert "nvidia.com/gpu: 2 asked, 1 healthy and free" in got["status"]["message"]
+        await user.aclose()
         nursery.cancel_scope.cancel()

@@ -77,6 +77,8 @@ def _daemon_rules() -> tuple[Rule, ...]:
     read = ("get", "list", "watch")
     return (
         _rule([""], ["pods"], read),
+        # The Device Manager's device plugin writes each Pod's allocation annotation.
+        _rule([""], ["pods"], ["patch"]),
         _rule([""], ["nodes"], ["get", "list", "watch"]),
         _rule([""], ["nodes/proxy"], ["get"]),
         # Publishing node features (the NodeFeatures in the system namespace) and Devices.
