@@ -319,10 +319,10 @@ async def _exercise_instance_controller(
                     ("patch", "instances", "status"), ("create", "events", ""))  # fmt: skip
         await admin.patch(f"{instances}/least-privilege", {"spec": {"ports": [{"port": 2222}]}})
         await until(("patch", "services", ""))
+        await admin.patch(f"{instances}/least-privilege", {"spec": {"ports": None}})
+        await until(("delete", "services", ""))  # running: at once (stopped: on start)
         await admin.patch(f"{instances}/least-privilege", {"spec": {"stop": True}})
         await until(("delete", "pods", ""))
-        await admin.patch(f"{instances}/least-privilege", {"spec": {"ports": None}})
-        await until(("delete", "services", ""))
         untyped = {**body, "metadata": {"name": "untyped", "namespace": "team-a"},
                    "spec": {"image": "busybox", "type": "no-such-type"}}  # fmt: skip
         await admin.create(instances, untyped)
