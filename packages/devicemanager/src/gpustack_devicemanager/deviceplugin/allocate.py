@@ -265,7 +265,8 @@ class Allocator:
         taken: set[tuple[str, str]] = set()
         for ask in request.container_requests:
             ids = tuple(ask.devices_ids)
-            target = await self.identify(mode, ids, taken) if self.pods() is not None else None
+            # With a cluster, wait (briefly) for the Pod view: it may still be syncing.
+            target = await self.identify(mode, ids, taken) if self.client is not None else None
             if target is None and self.client is not None:
                 raise AllocationRefusedError(
                     grpc.StatusCode.FAILED_PRECONDITION,
