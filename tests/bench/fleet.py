@@ -72,14 +72,16 @@ def _load(state: Path, seconds: float) -> dict[str, float]:
     return figures
 
 
-def _one(nodes: int, *, fleet: bool, folder: Path, load_seconds: float) -> dict[str, float]:
+def _one(
+    nodes: int, *, fleet: bool, folder: Path, load_seconds: float, period: str = PERIOD
+) -> dict[str, float]:
     scenario = folder / f"fleet-{nodes}.yaml"
     if not scenario.exists():
         scenario.write_text(to_yaml(generate(nodes=nodes, instances=nodes * 10)))
     state = folder / f"state-{nodes}-{'fleet' if fleet else 'processes'}"
     start = time.perf_counter()
     try:
-        up(str(scenario), state, monitor_period=PERIOD, fleet=fleet, timeout=300)
+        up(str(scenario), state, monitor_period=period, fleet=fleet, timeout=300)
     except UpError as exc:
         down(state)
         first = str(exc).splitlines()[0]
@@ -97,7 +99,7 @@ def _one(nodes: int, *, fleet: bool, folder: Path, load_seconds: float) -> dict[
         figures["worker_p99_ms"] = load["p99_ms"]
     finally:
         down(state)
-    how = "one fleet process" if fleet else "a process per Device Manager"
+    how = ("one fleet process" if fleet else "a process per DM") + f", {period}"
     listening = f", listening at {figures['listening_s']:.1f} s" if fleet else ""
     print(
         f"{f'{nodes} nodes / {nodes * 10} Instances, {how}':<52} "
@@ -109,7 +111,9 @@ def _one(nodes: int, *, fleet: bool, folder: Path, load_seconds: float) -> dict[
     return figures
 
 
-def bench_fleet(sizes: tuple[int, ...], load_seconds: float = 3.0) -> dict[str, float]:
+def bench_fleet(
+    sizes: tuple[int, ...], load_seconds: float = 3.0, period: str = PERIOD
+) -> dict[str, float]:
     """Every size with ``--fleet``, and 10 nodes one process each; figures keyed by run."""
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -121,11 +125,18 @@ def bench_fleet(sizes: tuple[int, ...], load_seconds: float = 3.0) -> dict[str, 
                 figures[f"processes_10_{key}"] = value
         for nodes in sizes:
             for key, value in _one(
-                nodes, fleet=True, folder=folder, load_seconds=load_seconds
+                nodes, fleet=True, folder=folder, load_seconds=load_seconds, period=period
             ).items():
                 figures[f"fleet_{nodes}_{key}"] = value
     return figures
 
 
 if __name__ == "__main__":
-    bench_fleet(tuple(int(n) for n in (sys.argv[1:] or ["10", "100"])))
+    # fleet.py [SIZE ...] [--period 15s]
+    args = sys.argv[1:]
+    chosen = PERIOD
+    if "--period" in args:
+        at = args.index("--period")
+        chosen = args[at + 1]
+        del args[at : at + 2]
+    bench_fleet(tuple(int(n) for n in (args or ["10", "100"])), period=chosen)

@@ -171,6 +171,7 @@ def main() -> None:
         "--quick", action="store_true", help="a few minutes: fewer repeats, fleet at 10 only"
     )
     parser.add_argument("--fleet-sizes", default=None, help="comma-separated (default 10,100)")
+    parser.add_argument("--fleet-period", default="15s", help="the fleet's monitor period")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     if args.quick:
@@ -227,7 +228,7 @@ def main() -> None:
     figures["startup_floor"] = startup["bare interpreter (floor)"]
     figures["startup_dm"] = startup["device-manager serve (its imports)"]
     figures["startup_worker"] = startup["worker (its imports)"]
-    figures.update(bench_fleet(sizes, 2.0 if args.quick else 3.0))
+    figures.update(bench_fleet(sizes, 2.0 if args.quick else 3.0, args.fleet_period))
 
     if CORPUS.is_dir():
         largest = max(CORPUS.glob("*.json"), key=lambda p: p.stat().st_size)

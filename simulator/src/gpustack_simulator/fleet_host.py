@@ -68,6 +68,10 @@ class FleetSpec:
     context: str | None = "device-manager"
     publish: bool = True
     """Whether members publish their NodeFeature and ``Devices`` group (``--no-publish``)."""
+    start_interval: float = 0.0
+    """Seconds between two members' starts. A DaemonSet rollout does not start a thousand
+    Pods in the same instant either, and every member's first Pod list, publish and kubelet
+    read land on the one API server: pacing spreads that burst over the start-up."""
 
     def to_json(self) -> dict[str, Any]:
         """The spec file's JSON."""
@@ -76,6 +80,7 @@ class FleetSpec:
             "kubeconfig": self.kubeconfig,
             "context": self.context,
             "publish": self.publish,
+            "startInterval": self.start_interval,
             "members": [asdict(m) for m in self.members],
         }
 
@@ -88,6 +93,7 @@ class FleetSpec:
             kubeconfig=data.get("kubeconfig"),
             context=data.get("context"),
             publish=bool(data.get("publish", True)),
+            start_interval=float(data.get("startInterval", 0.0)),
         )
 
 
@@ -173,6 +179,8 @@ async def serve_fleet(
         async with trio.open_nursery() as starters:
             for index, member in enumerate(spec.members):
                 starters.start_soon(start, index, member)
+                if spec.start_interval:
+                    await trio.sleep(spec.start_interval)
         members = [r for r in running if r is not None]
         task_status.started(FleetRunning(members, len(recordings), shutdown))
         await shutdown.wait()

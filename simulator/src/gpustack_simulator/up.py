@@ -50,6 +50,13 @@ START_TIMEOUT = 150.0
 """Generous: six to ten Python processes start at once, and a 2-core CI runner is slow."""
 STOP_TIMEOUT = 10.0
 WORKER_GROUP_VERSION = "/apis/worker.gpustack.ai/v1"
+FLEET_PUBLISH_LIMIT = 100
+"""Above this many Device Managers, ``--fleet`` members neither publish NodeFeatures and
+``Devices`` nor start all at once: the stand-in is one Python process whose every request
+scans all objects, and a few hundred publishers plus first Pod lists at once saturate it (see
+docs/performance.md). The metrics path a fleet measures reads neither."""
+FLEET_START_INTERVAL = 0.1
+"""Seconds between two fleet members' starts above that size (ten a second)."""
 
 
 class UpError(Exception):
@@ -415,6 +422,8 @@ def _start_fleet(
         monitor_period=seconds_of(monitor_period),
         kubeconfig=str(kubeconfig),
         context="device-manager",
+        publish=len(members) <= FLEET_PUBLISH_LIMIT,
+        start_interval=FLEET_START_INTERVAL if len(members) > FLEET_PUBLISH_LIMIT else 0.0,
     )
     spec_file = state_dir / "fleet.json"
     spec_file.write_text(json.dumps(spec.to_json(), indent=1) + "\n")
