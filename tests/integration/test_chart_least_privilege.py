@@ -290,6 +290,35 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
         while ("update", "nodefeatures", "") not in asked("worker"):
             await trio.sleep(0.2)
     await _exercise_instance_controller(stack, asked)
+    await _exercise_device_plugin(stack, asked)
+
+
+async def _exercise_device_plugin(
+    stack: WorkerStack, asked: Callable[[str], set[tuple[str, str, str]]]
+) -> None:
+    """A Pod asking for an SSH sidecar's Visibility: the node's kubelet (the fake one) asks the
+    Device Manager's plugin to allocate, and the plugin writes the annotation (patch pods)."""
+    config = load_config(stack.cluster.kubeconfig, context="admin")
+    assert config is not None
+    node = stack.device_managers[0].node
+    manufacturer = stack.device_managers[0].manufacturer
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "least-privilege-plugin", "namespace": "team-a"},
+        "spec": {
+            "nodeName": node,
+            "containers": [{
+                "name": "main", "image": "busybox",
+                "resources": {"limits": {f"device.gpustack.ai/{manufacturer}.visibility": "1"}},
+            }],
+        },
+    }  # fmt: skip
+    async with KubeClient(config) as admin:
+        await admin.create("/api/v1/namespaces/team-a/pods", pod)
+        with trio.fail_after(30):
+            while ("patch", "pods", "") not in asked("device-manager"):
+                await trio.sleep(0.1)
 
 
 async def _exercise_instance_controller(
@@ -343,7 +372,9 @@ async def _exercise_instance_controller(
 async def test_the_charts_rbac_grants_exactly_what_the_daemons_call(
     tmp_path: Path, recorded: list[Request]
 ) -> None:
-    async with open_worker_stack("nvidia-mixed", tmp_path, instance_controller=True) as stack:
+    async with open_worker_stack(
+        "nvidia-mixed", tmp_path, instance_controller=True, device_plugins=True
+    ) as stack:
         await _exercise(stack, recorded)
     daemons = [r for r in recorded if r.user in ACCOUNTS]
     assert {r.user for r in daemons} == set(ACCOUNTS)

@@ -12,7 +12,9 @@ bearer token (``through_cluster``), the path ``kubectl get --raw`` takes.
 from __future__ import annotations
 
 import os
+import shutil
 import ssl
+import tempfile
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -29,6 +31,8 @@ from quart_trio import QuartTrio
 from gpustack_kube.certs import self_signed
 from gpustack_kube.config import load_config
 from gpustack_simulator.cluster.server import RunningCluster
+from gpustack_simulator.fakekubelet import FakeKubelet
+from gpustack_simulator.fakekubelet.admission import DeviceAdmission
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.testing import cluster_standin
 from gpustack_simulator.up import device_manager_command, free_port
@@ -120,14 +124,37 @@ async def _wait_ready(url: str, process: trio.Process, log: Path) -> None:
                 await trio.sleep(0.1)
 
 
+def _plugin_flags(kubelets: dict[str, FakeKubelet], sockets: Path, node: str) -> list[str]:
+    """The node's fake kubelet (started once per node) and the flags pointing a manager at it."""
+    kubelet = kubelets.get(node)
+    if kubelet is None:
+        here = sockets / node
+        kubelet = kubelets[node] = FakeKubelet(here / "device-plugins", here / "pod-resources")
+        kubelet.start()
+    return [
+        "--device-plugin",
+        "--kube-socket",
+        str(kubelet.socket),
+        "--pod-resources-socket",
+        str(kubelet.pod_resources_socket),
+    ]
+
+
 @asynccontextmanager
 async def open_device_managers(
-    cluster: RunningCluster, tmp: Path
+    cluster: RunningCluster, tmp: Path, *, device_plugins: bool = False
 ) -> AsyncIterator[list[DeviceManagerProcess]]:
-    """Every Device Manager of the scenario, as processes, with their Pods' addresses bound."""
+    """Every Device Manager of the scenario, as processes, with their Pods' addresses bound.
+
+    With ``device_plugins`` each node gets a fake kubelet the managers register their plugins
+    with, and the stand-in's node simulator admits Pods that ask for a registered resource
+    through it (Allocate before start), as a kubelet would.
+    """
     state = cluster.state
     expanded = state.expanded
     started: list[DeviceManagerProcess] = []
+    kubelets: dict[str, FakeKubelet] = {}
+    sockets = Path(tempfile.mkdtemp(prefix="ws-", dir="/tmp"))  # unix paths: 108 bytes at most
     try:
         for dm in expanded.device_managers:
             proc_root = tmp / f"proc-{dm.node}"
@@ -142,6 +169,11 @@ async def open_device_managers(
                 address="127.0.0.1",
                 port=port,
                 monitor_period=DM_PERIOD,
+            )
+            command += (
+                _plugin_flags(kubelets, sockets, dm.node)
+                if device_plugins
+                else ["--no-device-plugin"]
             )
             env = {**os.environ, "POD_NAME": dm.name, "POD_NAMESPACE": dm.namespace}
             with log.open("wb") as sink:
@@ -158,23 +190,38 @@ async def open_device_managers(
             state.bind_pod_address(
                 dm.namespace, dm.name, "127.0.0.1", int(running.url.rsplit(":", 1)[1])
             )
-        yield started
+        async with trio.open_nursery() as nursery:
+            if kubelets:
+                state.device_admission = DeviceAdmission(state, kubelets, nursery)
+            try:
+                yield started
+            finally:
+                state.device_admission = None
+                nursery.cancel_scope.cancel()
     finally:
+        for kubelet in kubelets.values():
+            await trio.to_thread.run_sync(kubelet.stop)
+        shutil.rmtree(sockets, ignore_errors=True)
+        await _stop_all(started)
+
+
+async def _stop_all(started: list[DeviceManagerProcess]) -> None:
+    """Terminate, wait up to 10 s (shielded: also when the caller is cancelled), then kill."""
+    for running in started:
+        if running.process.returncode is None:
+            running.process.terminate()
+    with trio.move_on_after(10) as waiting:
+        waiting.shield = True
         for running in started:
-            if running.process.returncode is None:
-                running.process.terminate()
-        with trio.move_on_after(10) as waiting:
-            waiting.shield = True
-            for running in started:
-                await running.process.wait()
-        for running in started:
-            if running.process.returncode is None:
-                running.process.kill()
+            await running.process.wait()
+    for running in started:
+        if running.process.returncode is None:
+            running.process.kill()
 
 
 @asynccontextmanager
 async def open_worker_stack(
-    scenario: str, tmp: Path, *, instance_controller: bool = False
+    scenario: str, tmp: Path, *, instance_controller: bool = False, device_plugins: bool = False
 ) -> AsyncIterator[WorkerStack]:
     """Stand-in + Device Manager processes + the worker, the aggregator pointed at it.
 
@@ -184,7 +231,7 @@ async def open_worker_stack(
     """
     async with (
         cluster_standin(scenario, tmp / "cluster") as cluster,
-        open_device_managers(cluster, tmp) as managers,
+        open_device_managers(cluster, tmp, device_plugins=device_plugins) as managers,
         trio.open_nursery() as nursery,
     ):
         kube = load_config(cluster.kubeconfig, context="worker")

@@ -468,8 +468,12 @@ def test_the_device_managers_rbac() -> None:
         ("worker.gpustack.ai", "devices", "create"),
         ("worker.gpustack.ai", "devices", "update"),
         ("worker.gpustack.ai", "devices/status", "update"),
+        ("", "pods", "get"),  # the device plugin reads the Pod it allocates for
+        ("", "pods", "patch"),  # and writes the allocation annotation on it
     }
     _binds(find(objects, "ClusterRoleBinding", DM), "ClusterRole", DM, DM)
+    off = render({"deviceManager": {"devicePlugin": {"enabled": False}}}, files=(KIND_VALUES,))
+    assert ("", "pods", "patch") not in _grants(find(off, "ClusterRole", DM))
     # Its NodeFeature is written in the release namespace only: a Role, not a ClusterRole.
     features = f"{DM}:nodefeatures"
     assert _grants(find(objects, "Role", features)) == {
@@ -879,3 +883,23 @@ def test_both_daemons_learn_their_pod_ip_for_the_certificate() -> None:
     for workload in of_kind(objects, "DaemonSet") + of_kind(objects, "Deployment"):
         env_vars = {e["name"]: e for e in container(workload).get("env", [])}
         assert env_vars["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+
+
+def test_the_device_plugin_mounts_the_kubelets_sockets() -> None:
+    (daemonset, *_) = [o for o in simulation() if o["kind"] == "DaemonSet"]
+    spec = daemonset["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert "--device-plugin" in container["args"]
+    assert "--kube-socket=/var/lib/kubelet/device-plugins/kubelet.sock" in container["args"]
+    assert "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in container["args"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["device-plugins"] == "/var/lib/kubelet/device-plugins"
+    assert mounts["pod-resources"] == "/var/lib/kubelet/pod-resources"
+    volumes = {v["name"]: v.get("hostPath") for v in spec["volumes"]}
+    assert volumes["device-plugins"] == {"path": "/var/lib/kubelet/device-plugins",
+                                         "type": "Directory"}  # fmt: skip
+    off = render({"deviceManager": {"devicePlugin": {"enabled": False}}}, files=(KIND_VALUES,))
+    (daemonset, *_) = [o for o in off if o["kind"] == "DaemonSet"]
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert "--no-device-plugin" in container["args"]
+    assert "device-plugins" not in {m["name"] for m in container["volumeMounts"]}
