@@ -30,20 +30,13 @@ from typing import NamedTuple
 
 from gpustack_core.allocation import AllocatedAccelerator, ContainerAllocation, Placement
 from gpustack_core.devices import AcceleratorSpec, GroupSpec
-from gpustack_core.modes import AllocationMode
+from gpustack_core.modes import RELEASED_BY_TERMINATION, TERMINATED_PHASES, AllocationMode
 from gpustack_core.resources import SHARES_PER_ACCELERATOR
 from gpustack_core.tokens import FUNGIBLE, TokenID, parse_token_id, pool, tokens_per_card
 from gpustack_core.units import UNITS_PER_ACCELERATOR
 
 SHARE_UNITS = UNITS_PER_ACCELERATOR // SHARES_PER_ACCELERATOR
 """One share of a card: 160,000 units."""
-
-RELEASED_BY_TERMINATION = frozenset(
-    {AllocationMode.EXCLUSIVE, AllocationMode.SHARED, AllocationMode.SLICED}
-)
-"""What a Succeeded or Failed Pod stops holding while its object still exists."""
-
-TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 class Holding(NamedTuple):

@@ -30,11 +30,8 @@ from gpustack_core.devices import (
     LedgerGroup,
     ProfileCount,
 )
-from gpustack_core.modes import AllocationMode
+from gpustack_core.modes import TERMINATED_PHASES, AllocationMode
 from gpustack_core.units import UNITS_PER_ACCELERATOR
-
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-"""Phases in which a Pod no longer runs: its non-partition units go back to the card."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +113,7 @@ def build_ledger(groups: Sequence[GroupSpec], pods: Iterable[PodAllocation]) -> 
         except ContractError as exc:
             skipped.append(f"{who}: {exc}; it holds nothing in the ledger")
             continue
-        terminal = pod.phase in TERMINAL_PHASES
+        terminal = pod.phase in TERMINATED_PHASES
         for grant in held:
             accelerator = grant.accelerator
             mode = accelerator.mode

@@ -80,3 +80,14 @@ def sliced_cores_resource(manufacturer: str) -> str | None:
         return f"{Manufacturer(manufacturer).resource_base}.sliced.cores-percentage"
     except ValueError:
         return None
+
+
+TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
+"""Pod phases in which nothing runs any more: the Pod object may stay, its workload is gone."""
+
+RELEASED_BY_TERMINATION = frozenset(
+    {AllocationMode.EXCLUSIVE, AllocationMode.SHARED, AllocationMode.SLICED}
+)
+"""What a Succeeded or Failed Pod stops holding while its object still exists: whole, shared and
+logical units return to the card; a hardware partition stays held until the Pod is gone (its
+reclaim is the driver's, not a ledger's)."""

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from gpustack_core.devices import GroupSpec
 from gpustack_core.modes import AllocationMode, Manufacturer
 from gpustack_core.quantity import QuantityError, parse_quantity
-from gpustack_core.resources import ResourceNames
+from gpustack_core.resources import PARTITION_KINDS, ResourceNames
 from gpustack_core.units import UNITS_PER_ACCELERATOR, ceil_div
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
@@ -46,15 +46,6 @@ UNITS_PER_PERCENT = UNITS_PER_ACCELERATOR // 100
 
 DEFAULT_CORES_PERCENTAGE = 100
 """A slice without a compute cap may use the whole card's compute."""
-
-PARTITION_KINDS: Mapping[str, str] = {
-    Manufacturer.NVIDIA: "mig",
-    Manufacturer.THEAD: "mig",
-    Manufacturer.HYGON: "mig",
-}
-"""The manufacturers with hardware partitioning and their word for it (``<base>.partitioned.
-mig-<profile>``). Defined here because :mod:`gpustack_core.resources` does not carry it; a
-manufacturer absent from this map has no ``.partitioned*`` resources at all."""
 
 DEFAULT_NAMES: tuple[ResourceNames, ...] = tuple(ResourceNames.of(m) for m in Manufacturer)
 """Every manufacturer's names at their default bases."""

@@ -9,11 +9,19 @@ one component is the name read by the next. The suffixes are the reference opera
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from gpustack_core.modes import AllocationMode, Manufacturer
 
 SHARES_PER_ACCELERATOR = 10
 """``<base>.shared`` splits one card into this many shares (160,000 units each)."""
+PARTITION_KINDS: Final = {
+    Manufacturer.NVIDIA.value: "mig",
+    Manufacturer.THEAD.value: "mig",
+    Manufacturer.HYGON.value: "mig",
+}
+"""The manufacturers with hardware partitioning and their word for it (``<base>.partitioned.
+mig-<profile>``); a manufacturer absent here has no ``.partitioned*`` resources at all."""
 VISIBILITY_TOKENS = 512
 """The Visibility pool's size: an SSH sidecar sees its sibling's cards, never a card of its own."""
 

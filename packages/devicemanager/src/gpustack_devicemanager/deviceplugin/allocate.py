@@ -37,7 +37,6 @@ from gpustack_core.allocation import (
     parse_allocation,
 )
 from gpustack_core.allocator import (
-    TERMINATED_PHASES,
     Grant,
     Holding,
     Refusal,
@@ -48,7 +47,7 @@ from gpustack_core.allocator import (
 )
 from gpustack_core.decoding import ContractError
 from gpustack_core.devices import AcceleratorSpec
-from gpustack_core.modes import AllocationMode
+from gpustack_core.modes import TERMINATED_PHASES, AllocationMode
 from gpustack_core.pods import Pod, container_request, pod_from_object
 from gpustack_core.quantity import QuantityError
 from gpustack_core.resources import ResourceNames

@@ -11,32 +11,15 @@ device index, not by GPU-instance placement, so a placement derived from it woul
 from __future__ import annotations
 
 from gpustack_core.allocator import Partition
-from gpustack_core.features import Card, groups_from_cards
-from gpustack_core.features import Partition as ProfilePartition
 from gpustack_devicemanager.deviceplugin.state import Inventory
+from gpustack_devicemanager.publish import detected_groups
 from gpustack_vendors.model import Detection
 
 
 def inventory_of(detection: Detection) -> Inventory:
     """The groups and partitions of one manufacturer's detection."""
-    cards = [
-        Card(
-            id=d.id,
-            index=d.index,
-            name=d.name,
-            memory_mib=d.memory_mib,
-            cores=d.cores,
-            driver_version=d.driver_version,
-            runtime_version=d.runtime_version,
-            pci_bus_id=d.pci_bus_id,
-            unhealthy=d.unhealthy,
-            compute_capability=d.compute_capability,
-            partitions=tuple(ProfilePartition(p.profile, p.memory_mib) for p in d.partitions),
-        )
-        for d in detection.devices
-    ]
     partitions = tuple(
         Partition(p.id, d.id, p.profile) for d in detection.devices for p in d.partitions
     )
-    grouped = groups_from_cards(detection.manufacturer, cards)
+    grouped = detected_groups(detection)  # the very groups Devices.spec is written from
     return Inventory(groups=grouped.groups, partitions=partitions)

@@ -19,7 +19,7 @@ from typing import Any, Final
 from gpustack_core import contract
 from gpustack_core.instance import DEFAULT_VOLUME_MOUNT, Instance, Port, Resources
 from gpustack_core.quantity import parse_quantity
-from gpustack_core.resources import ResourceNames
+from gpustack_core.resources import PARTITION_KINDS, ResourceNames
 from gpustack_core.units import ceil_fraction
 
 TYPE_LABEL: Final = "resource.gpustack.ai/type"
@@ -39,8 +39,6 @@ SSH_KEYS_VOLUME: Final = "sshd-authorized-keys"
 SSH_KEYS_PATH: Final = "/var/run/sshd-authorized-keys"
 SSH_KEYS_MODE: Final = 0o600
 
-PARTITION_KINDS: Final = {"nvidia": "mig", "thead": "mig", "hygon": "mig"}
-"""The ``<kind>`` of ``<base>.partitioned.<kind>-<profile>`` per manufacturer that partitions."""
 
 INSTANCE_API_VERSION: Final = f"{contract.API_GROUP}/{contract.CRD_VERSION}"
 
