@@ -81,7 +81,7 @@ def _one(
     state = folder / f"state-{nodes}-{'fleet' if fleet else 'processes'}"
     start = time.perf_counter()
     try:
-        up(str(scenario), state, monitor_period=period, fleet=fleet, timeout=300)
+        up(str(scenario), state, monitor_period=period, fleet=fleet, timeout=max(300, nodes * 0.6))
     except UpError as exc:
         down(state)
         first = str(exc).splitlines()[0]
