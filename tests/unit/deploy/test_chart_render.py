@@ -253,15 +253,17 @@ def test_every_flag_the_chart_passes_is_a_real_option() -> None:
     assert isinstance(dm_group, typer.core.TyperGroup)
     serve = dm_group.commands["serve"]
     options = {
-        "worker": {o for p in worker_command.params for o in p.opts},
-        "device-manager": {o for p in serve.params for o in p.opts},
+        # Both spellings of a boolean pair: --x and --no-x (secondary_opts).
+        "worker": {o for p in worker_command.params for o in (*p.opts, *p.secondary_opts)},
+        "device-manager": {o for p in serve.params for o in (*p.opts, *p.secondary_opts)},
     }
     full = {
         "worker": {"logJson": True, "tls": {"secretName": "w", "caBundle": "Zm9v"}},
         "deviceManager": {"logJson": True, "tls": {"secretName": "d"}},
         "kubelet": {"access": "direct", "port": 10250, "insecureTLS": True},
     }
-    for objects in (simulation(), render(full)):
+    plugin_off = {"deviceManager": {"devicePlugin": {"enabled": False}}}
+    for objects in (simulation(), render(full), render(plugin_off)):
         for workload in of_kind(objects, "DaemonSet") + of_kind(objects, "Deployment"):
             args = container(workload)["args"]
             assert set(flags(args)) <= options[args[0]], (workload["metadata"]["name"], args)

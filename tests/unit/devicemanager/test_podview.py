@@ -28,22 +28,26 @@ from gpustack_devicemanager.podview import NodePod, node_pod
 @pytest.fixture
 def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     calls = {"decode": 0, "grants": 0, "round_grants": 0}
-    decode, parse = podview.pod_from_object, podview.pod_grants
+    decode, parse, round_parse = (
+        podview.pod_from_object,
+        podview.parse_allocation,
+        sample.pod_grants,
+    )
 
     def counting_decode(obj: dict[str, Any]) -> Any:
         calls["decode"] += 1
         return decode(obj)
 
-    def counting_parse(pod: Any) -> Any:
+    def counting_parse(text: Any) -> Any:
         calls["grants"] += 1
-        return parse(pod)
+        return parse(text)
 
     def counting_round_parse(pod: Any) -> Any:
         calls["round_grants"] += 1
-        return parse(pod)
+        return round_parse(pod)
 
     monkeypatch.setattr(podview, "pod_from_object", counting_decode)
-    monkeypatch.setattr(podview, "pod_grants", counting_parse)
+    monkeypatch.setattr(podview, "parse_allocation", counting_parse)
     monkeypatch.setattr(sample, "pod_grants", counting_round_parse)  # the exporter's compose
     return calls
 

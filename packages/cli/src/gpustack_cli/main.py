@@ -335,6 +335,17 @@ def dm_serve(
     pod_resources_socket: Annotated[
         Path, typer.Option(help="The kubelet's PodResources socket.")
     ] = Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+    confirm_grants: Annotated[
+        bool | None,
+        typer.Option(
+            "--confirm-grants/--no-confirm-grants",
+            help=(
+                "Believe allocation annotations only as far as the kubelet's PodResources"
+                " confirms them (default: when the PodResources socket exists)."
+            ),
+            show_default=False,
+        ),
+    ] = None,
     shared: Annotated[bool, typer.Option(help="Serve the <base>.shared resource.")] = True,
     sliced: Annotated[bool, typer.Option(help="Serve the <base>.sliced resource.")] = True,
     partitioned: Annotated[
@@ -393,6 +404,7 @@ def dm_serve(
         device_plugin=device_plugin,
         kube_socket=kube_socket,
         pod_resources_socket=pod_resources_socket,
+        confirm_grants=confirm_grants,
         plugin_modes=frozenset(AllocationMode) - dropped,
     )
     trio.run(serve_until_signalled, options, backend)

@@ -96,11 +96,39 @@ def pod_accelerators(
             fresh[manufacturer] = snapshot
         else:
             notes.append(f"{manufacturer}: snapshot {problem}; dropped as a failing monitor")
+    held = _confirmed(held, fresh, pod.metadata.uid, notes)
     resolution = resolve(held, fresh, pod_uid=pod.metadata.uid, cores_caps=cores_caps(pod, held))
     notes.extend(resolution.notes)
     if not fresh:
         return PodAccelerators(None, notes)
     return PodAccelerators(resolution.accelerators, notes)
+
+
+def _confirmed(
+    held: list[Grant], fresh: Mapping[str, MonitorSnapshot], pod_uid: str, notes: list[str]
+) -> list[Grant]:
+    """The grants whose manager confirmed them, where it says which it confirmed.
+
+    A snapshot with ``grants`` lists what the kubelet's record backs; a grant of that
+    manufacturer missing from it is a claim written by someone other than the plugin, and is
+    dropped (noted) rather than shown with that card's figures.
+    """
+    kept = []
+    for grant in held:
+        snapshot = fresh.get(grant.manufacturer)
+        confirmed = snapshot.grants if snapshot is not None else None
+        if confirmed is None or grant.accelerator.mode is AllocationMode.VISIBILITY:
+            kept.append(grant)
+            continue
+        key = (pod_uid, grant.container, grant.accelerator.id)
+        if any((c.pod_uid, c.container, c.device_id) == key for c in confirmed):
+            kept.append(grant)
+        else:
+            notes.append(
+                f"{grant.manufacturer} {grant.accelerator.id} for container {grant.container!r}: "
+                "not confirmed by its Device Manager (no kubelet assignment); not reported"
+            )
+    return kept
 
 
 def compose_sample(

@@ -115,6 +115,15 @@ class SliceSection(Wire, frozen=True, kw_only=True):
     partitions: tuple[SlicePartition, ...] = ()
 
 
+class ConfirmedGrant(Wire, frozen=True, kw_only=True):
+    """A grant on this manager's cards that the kubelet's record confirms (``confirm.py``)."""
+
+    pod_uid: str
+    container: str
+    device_id: str
+    """The card (for a partition: its parent card), as in the grant's ``id``."""
+
+
 class MonitorSnapshot(Wire, frozen=True, kw_only=True):
     """The envelope served at ``/monitor/snapshot``."""
 
@@ -122,6 +131,11 @@ class MonitorSnapshot(Wire, frozen=True, kw_only=True):
     period_seconds: int = 0
     groups: tuple[SnapshotGroup, ...] = ()
     slices: SliceSection | None = None
+    grants: tuple[ConfirmedGrant, ...] | None = None
+    """Which annotation grants on these cards the kubelet confirmed. Absent: the manager could
+    not cross-check (no PodResources), and readers take the annotation as it is; present, a
+    grant not listed is a claim nobody allocated, and no figure of its card is reported for it.
+    An extension beyond the reference snapshot; readers that do not know it ignore it."""
 
 
 def parse_snapshot(data: bytes | str) -> MonitorSnapshot:

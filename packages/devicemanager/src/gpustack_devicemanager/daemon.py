@@ -22,6 +22,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from gpustack_core import contract
 from gpustack_core.modes import AllocationMode
+from gpustack_devicemanager.confirmation import GrantConfirmation
 from gpustack_devicemanager.deviceplugin.manager import (
     KUBELET_SOCKET,
     POD_RESOURCES_SOCKET,
@@ -90,6 +91,17 @@ class ServeOptions:
     plugin_modes: frozenset[AllocationMode] = frozenset(AllocationMode)
     """The modes to serve (``--no-shared``, ``--no-sliced``, ``--no-partitioned`` remove one)."""
 
+    confirm_grants: bool | None = None
+    """Believe a Pod's allocation annotation only where the kubelet's PodResources record
+    confirms it (confirmation.py); ``None``: when ``pod_resources_socket`` exists."""
+
+    @property
+    def confirms_grants(self) -> bool:
+        """Whether grants are cross-checked (resolving the automatic default)."""
+        if self.confirm_grants is not None:
+            return self.confirm_grants
+        return self.pod_resources_socket.exists()
+
     @property
     def serves_device_plugin(self) -> bool:
         """Whether ``serve`` runs the device plugin (resolving the automatic default)."""
@@ -120,6 +132,22 @@ def _hosts(options: ServeOptions) -> list[str]:
     if options.bind_address not in {"0.0.0.0", "::"}:
         hosts.append(options.bind_address)
     return list(dict.fromkeys(h for h in hosts if h))
+
+
+def _confirmed_pods(
+    nursery: trio.Nursery,
+    options: ServeOptions,
+    context: TickContext,
+    informer: Informer[NodePod] | None,
+    node_pods: Callable[[], list[NodePod] | None],
+) -> Callable[[], list[NodePod] | None]:
+    """``node_pods`` with the kubelet check applied, when it is on (``confirms_grants``)."""
+    if informer is None or not options.confirms_grants:
+        return node_pods
+    confirmation = GrantConfirmation(options.pod_resources_socket, options.monitor_period)
+    nursery.start_soon(confirmation.run)
+    context.confirming = True
+    return confirmation.wrap(node_pods)
 
 
 async def serve(
@@ -191,11 +219,15 @@ async def serve(
             nursery, options, backend, limiter, client, informer, node_pods
         )
 
+        # What the monitor and the exporter read: each Pod's grants as far as the kubelet's
+        # record confirms them (the plugin and the publisher see the annotations as written).
+        measured_pods = _confirmed_pods(nursery, options, context, informer, node_pods)
+
         monitored: Backend = backend
-        monitor_pods: PodsSource = node_pods
+        monitor_pods: PodsSource = measured_pods
         if options.bind_replayed_pids:
             binding = PidBindingBackend(backend, options.proc_root)
-            monitored, monitor_pods = binding, binding.watch(node_pods)
+            monitored, monitor_pods = binding, binding.watch(measured_pods)
 
         await nursery.start(
             lambda task_status: run_monitor(
@@ -209,7 +241,7 @@ async def serve(
                     options.node_name,
                     options.manufacturer,
                     options.namespace,
-                    node_pods,
+                    measured_pods,
                     client,
                     holder,
                     kubelet=options.kubelet,

@@ -19,7 +19,13 @@ from typing import Any
 import trio
 
 from gpustack_core import contract
-from gpustack_core.snapshot import CardFigures, MonitorSnapshot, SliceSection, SnapshotGroup
+from gpustack_core.snapshot import (
+    CardFigures,
+    ConfirmedGrant,
+    MonitorSnapshot,
+    SliceSection,
+    SnapshotGroup,
+)
 from gpustack_core.units import percent_of
 from gpustack_devicemanager.attribution import AttributionCache, PodRecord, attribute
 from gpustack_devicemanager.holder import SnapshotHolder
@@ -51,6 +57,9 @@ class TickContext:
     last_reasons: dict[str, tuple[str, str]] = field(default_factory=dict)
     attribution: AttributionCache = field(default_factory=AttributionCache)
     """Placed processes by PID and start time: a steady tick reads one file per PID."""
+    confirming: bool = False
+    """The Pods' grants were checked against the kubelet's record (confirmation.py): the
+    snapshot then lists the grants that stand, for the worker to hold its reads to."""
 
 
 def card_figures(sample: CardSample) -> CardFigures:
@@ -144,6 +153,23 @@ def tick(
         period_seconds=math.ceil(context.period),
         groups=(group,),
         slices=section,
+        grants=_confirmed_grants(pods, context),
+    )
+
+
+def _confirmed_grants(
+    pods: Sequence[PodEntry] | None, context: TickContext
+) -> tuple[ConfirmedGrant, ...] | None:
+    """The grants on this manager's cards that stood the kubelet check (``None``: no check)."""
+    if not context.confirming or pods is None:
+        return None
+    return tuple(
+        ConfirmedGrant(
+            pod_uid=e.pod.metadata.uid, container=g.container, device_id=g.accelerator.id
+        )
+        for e in decoded(pods)
+        for g in e.grants
+        if g.manufacturer == context.manufacturer
     )
 
 

@@ -8,14 +8,13 @@ annotation on every round.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from gpustack_core.allocation import Grant
+from gpustack_core.allocation import ANNOTATION, Grant, grants, parse_allocation
 from gpustack_core.decoding import ContractError
 from gpustack_core.pods import Pod, pod_from_object
-from gpustack_core.sample import pod_grants
 
 
 @dataclass(frozen=True)
@@ -23,12 +22,14 @@ class NodePod:
     """One Pod and what its allocation annotation grants.
 
     ``grant_error`` is set (and ``grants`` empty) when the annotation does not parse: the Pod
-    still counts for attribution and readiness, it just holds nothing.
+    still counts for attribution and readiness, it just holds nothing. ``device_ids`` are the
+    annotation's ``deviceIDs`` per container: what the kubelet's record is checked against.
     """
 
     pod: Pod
     grants: tuple[Grant, ...]
     grant_error: str | None = None
+    device_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def node_pod(obj: dict[str, Any]) -> NodePod:
@@ -38,11 +39,16 @@ def node_pod(obj: dict[str, Any]) -> NodePod:
     decode (the structs name only what is read), so the cache holds the small typed form.
     """
     pod = pod_from_object(obj)
+    text = pod.metadata.annotations.get(ANNOTATION)
+    if text is None:
+        return NodePod(pod, ())
     try:
-        held = tuple(pod_grants(pod))
+        parsed = parse_allocation(text)
     except ContractError as exc:
-        return NodePod(pod, (), str(exc))
-    return NodePod(pod, held)
+        meta = pod.metadata
+        return NodePod(pod, (), f"pod {meta.namespace}/{meta.name}: {exc}")
+    ids = {name: entry.device_ids for name, entry in parsed.items()}
+    return NodePod(pod, tuple(grants(parsed)), device_ids=ids)
 
 
 PodEntry = dict[str, Any] | NodePod
