@@ -1,4 +1,8 @@
-"""``device-manager serve`` and ``monitor``: option parsing and backend selection only."""
+"""``device-manager serve`` and ``monitor``: option parsing and backend selection only.
+
+The simulator is imported only where ``--simulate`` asks for it, so the production serve path
+(a DaemonSet Pod per node and manufacturer) never loads the replay machinery.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,8 @@ from pathlib import Path
 
 import msgspec
 import typer
-import yaml
 
 from gpustack_devicemanager.monitor import TickContext, tick
-from gpustack_simulator.procfs import write_procfs
-from gpustack_simulator.replay.backends import replay_backend
-from gpustack_simulator.replay.validate import load_replayable
 from gpustack_vendors.loading import LibraryUnavailableError, open_backend
 from gpustack_vendors.protocol import Backend
 
@@ -52,6 +52,11 @@ def open_for(
             return manufacturer, open_backend(manufacturer), proc_root or Path("/proc")
         except LibraryUnavailableError as exc:
             raise typer.BadParameter(str(exc)) from exc
+    # The simulator only for --simulate: a production Device Manager never imports it.
+    from gpustack_simulator.procfs import write_procfs
+    from gpustack_simulator.replay.backends import replay_backend
+    from gpustack_simulator.replay.validate import load_replayable
+
     recording = load_replayable(simulate)
     if manufacturer is not None and manufacturer != recording.vendor:
         raise typer.BadParameter(
@@ -67,6 +72,8 @@ def monitor_once(
     manufacturer: str | None, simulate: Path | None, proc_root: Path | None, period: float
 ) -> str:
     """One monitor sample as YAML (no cluster: cards only)."""
+    import yaml  # only this one-shot command prints YAML
+
     vendor, backend, root = open_for(manufacturer, simulate, proc_root)
     try:
         backend.detect()
