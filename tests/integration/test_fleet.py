@@ -12,11 +12,12 @@ import pytest
 import trio
 from typer.testing import CliRunner
 
+from gpustack_cli.fleet_host import serve_fleet
 from gpustack_cli.main import app
 from gpustack_core.snapshot import parse_snapshot
 from gpustack_kube.config import load_config
 from gpustack_simulator.fleet import FleetError, Mix, cards_of, generate, to_yaml
-from gpustack_simulator.fleet_host import FleetSpec, Member, serve_fleet
+from gpustack_simulator.fleet_host import FleetSpec, Member
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.scenario import RECORDINGS_DIR, expand, parse_scenario
 from gpustack_simulator.testing import cluster_standin

@@ -400,7 +400,7 @@ def _start_fleet(
     monitor_period: str,
     started: list[_Started],
 ) -> list[DeviceManagerEndpoint]:
-    """Every scenario Device Manager in one fleet-host process (fleet_host.py), on its address.
+    """Every scenario Device Manager in one fleet-host process (gpustack_cli.fleet_host).
 
     The members are the same daemon with the same flags as the one-process-each path; only
     the interpreter, the imports and the parsed recordings are shared, so a thousand nodes fit.
@@ -439,7 +439,7 @@ def _start_fleet(
     started.append(
         _spawn(
             "device-managers",
-            [sys.executable, "-m", "gpustack_simulator.fleet_host", str(spec_file)],
+            [sys.executable, "-m", "gpustack_cli.fleet_host", str(spec_file)],
             state_dir / "logs",
         )
     )
