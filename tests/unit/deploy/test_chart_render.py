@@ -470,6 +470,8 @@ def test_the_device_managers_rbac() -> None:
         ("worker.gpustack.ai", "devices", "create"),
         ("worker.gpustack.ai", "devices", "update"),
         ("worker.gpustack.ai", "devices/status", "update"),
+        ("worker.gpustack.ai", "instances", "list"),  # the exporter's current incarnations
+        ("worker.gpustack.ai", "instances", "watch"),
         ("", "pods", "get"),  # the device plugin reads the Pod it allocates for
         ("", "pods", "patch"),  # and writes the allocation annotation on it
     }

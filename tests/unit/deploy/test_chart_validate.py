@@ -162,9 +162,7 @@ def test_the_chart_ships_exactly_the_repositorys_crds() -> None:
 @needs_helm
 def test_the_crd_ships_only_with_include_crds() -> None:
     assert all(o["kind"] != "CustomResourceDefinition" for o in render())
-    crds = [
-        o for o in render(extra=("--include-crds",)) if o["kind"] == "CustomResourceDefinition"
-    ]
+    crds = [o for o in render(extra=("--include-crds",)) if o["kind"] == "CustomResourceDefinition"]
     expected = [yaml.safe_load((REPO / "clusters" / "crds" / n).read_text()) for n in CRD_NAMES]
     key = lambda o: o["metadata"]["name"]  # noqa: E731
     assert sorted(crds, key=key) == sorted(expected, key=key)

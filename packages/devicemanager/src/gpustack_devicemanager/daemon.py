@@ -45,7 +45,7 @@ from gpustack_kube.client import KubeClient
 from gpustack_kube.config import KubeConfig, load_config
 from gpustack_kube.informer import Informer
 from gpustack_kube.kubelet import KubeletAccess
-from gpustack_kube.paths import PODS
+from gpustack_kube.paths import INSTANCES, PODS
 from gpustack_vendors.model import Detection
 from gpustack_vendors.protocol import Backend
 
@@ -134,6 +134,58 @@ def _hosts(options: ServeOptions) -> list[str]:
     return list(dict.fromkeys(h for h in hosts if h))
 
 
+@dataclass(frozen=True)
+class _InstanceId:
+    namespace: str
+    name: str
+    uid: str
+
+
+def _instance_uid(obj: dict[str, Any]) -> _InstanceId:
+    """An Instance reduced to its identity: the exporter asks only "which UID is current"."""
+    meta = obj.get("metadata") or {}
+    uid = meta.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ValueError("Instance without metadata.uid")
+    return _InstanceId(str(meta.get("namespace", "")), str(meta.get("name", "")), uid)
+
+
+def _watch_cluster(
+    nursery: trio.Nursery, options: ServeOptions, kube: KubeConfig | None
+) -> tuple[KubeClient | None, Informer[NodePod] | None, Informer[_InstanceId] | None]:
+    """The client and the two informers: the node's Pods, and which Instance UIDs are current."""
+    if kube is None:
+        log.warning(
+            "no Kubernetes configuration (not in a cluster, no --kubeconfig, no "
+            "KUBECONFIG): running standalone, card figures only, no slices"
+        )
+        return None, None, None
+    client = KubeClient(kube)
+    informer = Informer(
+        client,
+        PODS.path(),
+        decode=node_pod,
+        field_selector=f"spec.nodeName={options.node_name}",
+    )
+    nursery.start_soon(informer.run)
+    instances = Informer(client, INSTANCES.path(), decode=_instance_uid)
+    nursery.start_soon(instances.run)
+    return client, informer, instances
+
+
+def _current_uids(
+    instances: Informer[_InstanceId] | None,
+) -> Callable[[], dict[tuple[str, str], str] | None]:
+    """The exporter's view of every Instance's current UID (``None`` until synced)."""
+
+    def uids() -> dict[tuple[str, str], str] | None:
+        if instances is None or not instances.synced:
+            return None
+        return {(v.namespace, v.name): v.uid for v in instances.objects()}
+
+    return uids
+
+
 def _confirmed_pods(
     nursery: trio.Nursery,
     options: ServeOptions,
@@ -182,22 +234,8 @@ async def serve(
     reloader = CertReloader(config.load, cert, key)
 
     async with trio.open_nursery() as nursery:
-        client: KubeClient | None = None
-        informer: Informer[NodePod] | None = None
-        if kube is None:
-            log.warning(
-                "no Kubernetes configuration (not in a cluster, no --kubeconfig, no "
-                "KUBECONFIG): running standalone, card figures only, no slices"
-            )
-        else:
-            client = KubeClient(kube)
-            informer = Informer(
-                client,
-                PODS.path(),
-                decode=node_pod,
-                field_selector=f"spec.nodeName={options.node_name}",
-            )
-            nursery.start_soon(informer.run)
+        client, informer, instances = _watch_cluster(nursery, options, kube)
+        instance_uids = _current_uids(instances)
 
         def node_pods() -> list[NodePod] | None:
             if informer is None or not informer.synced:
@@ -246,6 +284,7 @@ async def serve(
                     holder,
                     kubelet=options.kubelet,
                     node_address=options.node_address,
+                    instance_uids=instance_uids,
                 ),
                 exposition,
                 period=options.monitor_period,

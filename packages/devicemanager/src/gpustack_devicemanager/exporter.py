@@ -273,6 +273,32 @@ class ExporterSource:
     """How the kubelet's summary is read (through the API server unless told otherwise)."""
     node_address: str | None = None
     """This node's address, for a kubelet read directly."""
+    instance_uids: Callable[[], Mapping[tuple[str, str], str] | None] = lambda: None
+    """(namespace, name) → the *current* UID of every Instance, or ``None`` while unknown (no
+    informer, or not synced): an Instance Pod is published only while its part-of UID is its
+    Instance's current UID, so a recreated Instance never shows its predecessor's Pod."""
+
+
+def current_incarnations(
+    pods: Sequence[Pod], instance_uids: Mapping[tuple[str, str], str] | None
+) -> list[Pod]:
+    """``pods`` without the Instance Pods of an Instance that is gone or was recreated.
+
+    The Pod of a deleted Instance lingers until the garbage collector reaches it, and a new
+    Instance of the same name may already exist: that Pod is labelled with the old UID, so it
+    is left out rather than published under the new Instance's name.
+    """
+    if instance_uids is None:
+        return list(pods)
+    kept = []
+    for pod in pods:
+        if is_instance_pod(pod):
+            owner = next((r for r in pod.metadata.owner_references if r.controller), None)
+            key = (pod.metadata.namespace, owner.name if owner is not None else "")
+            if instance_uids.get(key) != pod.metadata.labels.get(contract.PART_OF_LABEL):
+                continue
+        kept.append(pod)
+    return kept
 
 
 async def read_inputs(
@@ -285,7 +311,7 @@ async def read_inputs(
     if raw is not None:
         skipped: list[str] = []
         entries = decoded(raw, skipped)
-        pods = [entry.pod for entry in entries]
+        pods = current_incarnations([entry.pod for entry in entries], source.instance_uids())
         grants = {e.pod.metadata.uid: e.grants for e in entries if e.grant_error is None}
         for problem in skipped:
             log.debug("skipping a Pod the API returned: %s", problem)
