@@ -264,10 +264,7 @@ async def serve(
         holder.current = server_context(new_cert, new_key)
 
     reloader = CertReloader(reload, cert, key)
-    config = Config()
-    config.accesslog = None
-    config.errorlog = logging.getLogger("gpustack.worker.http")
-    config.graceful_timeout = 2.0
+    config = _hypercorn_config()
     shutdown = trio.Event()
 
     async with (
@@ -309,7 +306,7 @@ async def serve(
                 ready=lambda: None,
             )
             app = build_app(surface)
-            _start_tasks(nursery, options, client, lambda: settings.run(replace))
+            controller = _start_tasks(nursery, options, client, lambda: settings.run(replace))
             if options.cert_dir is not None:
                 nursery.start_soon(reloader.run)
             async with trio.open_nursery() as serving:  # ends after shutdown's graceful close
@@ -327,7 +324,18 @@ async def serve(
         finally:
             sock.close()  # also when startup fails after binding
             await kubelets.aclose()
+        if controller is not None:
+            await controller.drain(timeout=2.0)  # no write left half-sent by the cancel below
         nursery.cancel_scope.cancel()
+
+
+def _hypercorn_config() -> Config:
+    """No access log; hypercorn's own messages through our logging; a 2 s graceful close."""
+    config = Config()
+    config.accesslog = None
+    config.errorlog = logging.getLogger("gpustack.worker.http")
+    config.graceful_timeout = 2.0
+    return config
 
 
 def _start_tasks(
@@ -335,7 +343,7 @@ def _start_tasks(
     options: WorkerOptions,
     client: KubeClient,
     settings: Callable[[], Awaitable[None]],
-) -> None:
+) -> InstanceController | None:
     """The worker's background loops: settings, the Nodes' NodeFeatures, the controller."""
     nursery.start_soon(settings)
     if options.node_features:
@@ -346,6 +354,8 @@ def _start_tasks(
             ControllerOptions(system_namespace=options.system_namespace, identity=options.identity),
         )
         nursery.start_soon(controller.run)
+        return controller
+    return None
 
 
 def _summary_reader(

@@ -201,6 +201,8 @@ class InstanceController:
             ),
         )
         self.reconciles = 0
+        self.busy = 0
+        """Workers inside a reconcile now; a caller stopping the controller waits for 0."""
         self.writes: list[tuple[str, str]] = []
         """(verb, what) of every write made; for tests and the debug state."""
         self._told: dict[str, str] = {}
@@ -268,6 +270,17 @@ class InstanceController:
             else:
                 await self._work()
 
+    async def drain(self, timeout: float = 10.0) -> None:
+        """Stop taking keys and wait (at most ``timeout``) for the reconciles in flight.
+
+        Cancelling a worker mid-request abandons the request it was sending; draining first
+        lets a clean shutdown (or a test's teardown) end with no write half-made.
+        """
+        self.queue.shut_down()
+        with trio.move_on_after(timeout):
+            while self.busy:
+                await trio.sleep(0.01)
+
     def _informers(self) -> Iterable[Informer[Any]]:
         return (
             self.settings_source,
@@ -305,6 +318,7 @@ class InstanceController:
                 key = await self.queue.get()
             except ShutDown:
                 return
+            self.busy += 1
             try:
                 requeue = await self.reconcile(key)
             except (KubeError, ContractError) as exc:
@@ -316,7 +330,10 @@ class InstanceController:
                     self.queue.add_after(key, requeue)
             finally:
                 self.queue.done(key)
-            await self.flush_events()
+            try:
+                await self.flush_events()
+            finally:
+                self.busy -= 1
 
     # -- reconcile ------------------------------------------------------------------------
 
