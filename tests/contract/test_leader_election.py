@@ -6,8 +6,10 @@ are short (a 1.5 s lease) so the hand-over is observed in a few seconds of real 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Awaitable, Callable
 
+import pytest
 import trio
 from contract_target import Target
 
@@ -25,6 +27,9 @@ def config(target: Target, identity: str) -> ElectionConfig:
     )
 
 
+# The leader is killed mid-renewal on purpose: the request it was sending is abandoned, as a
+# crashed process's would be, and httpx's body generator is collected unexhausted.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_one_leader_at_a_time_and_a_hand_over(target: Target) -> None:
     if target.simulated:
         await target.client.create("/api/v1/namespaces", {"metadata": {"name": target.namespace}})
@@ -73,3 +78,4 @@ async def test_one_leader_at_a_time_and_a_hand_over(target: Target) -> None:
     )
     assert lease["spec"]["holderIdentity"] == leading[1]
     assert lease["spec"]["leaseTransitions"] == 1
+    gc.collect()  # finalize the abandoned request here, not in a later test
