@@ -53,6 +53,38 @@ class PatchType(StrEnum):
     """RFC 6902: a list of operations; ``test`` makes a patch conditional."""
 
 
+class OneShotBody(httpx.AsyncByteStream):
+    """A request body sent in one chunk, iterated without an async generator.
+
+    httpx wraps ``content=`` bytes in a stream whose iterator is an async generator; a request
+    cancelled mid-send (a deadline, a shutdown, a leader losing its lease) leaves that generator
+    unexhausted, and trio warns when it is garbage-collected, at some later, unrelated point.
+    A plain iterator object has nothing to finalize, so cancelling a request costs nothing.
+    """
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return _Once(self._data)
+
+
+class _Once:
+    """Yields its bytes once (none when empty), then stops."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data: bytes | None = data
+
+    def __aiter__(self) -> _Once:
+        return self
+
+    async def __anext__(self) -> bytes:
+        data, self._data = self._data, None
+        if not data:
+            raise StopAsyncIteration
+        return data
+
+
 class KubeError(Exception):
     """Anything that kept a request from producing its answer; one type for callers to catch."""
 
@@ -379,6 +411,7 @@ class KubeClient:
                 headers=headers,
                 timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
+            request.stream = OneShotBody(content or b"")
             try:
                 response = await pool.send(request, stream=True)
             except httpx.TransportError as exc:
