@@ -15,6 +15,7 @@ anything starts, so the stand-in's aggregator can verify it (the ``APIService``'
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -249,6 +250,93 @@ def _wait_settled(process: _Started, endpoint: DeviceManagerEndpoint, deadline: 
         deadline,
         "a sample with the node's Pods known",
     )
+
+
+WEBHOOK_EXCLUDED_NAMESPACES = ("gpustack-system", "kube-system")
+
+
+def pod_webhook_configurations(worker_url: str, worker_ca: bytes) -> list[dict[str, Any]]:
+    """The Pod admission webhooks (gate 1), as the chart registers them, pointed at ``worker_url``.
+
+    The chart reaches the worker through its Service; here the worker listens on loopback, so
+    the configurations name it by ``url`` and pin its CA. Everything else (rules, selectors,
+    failure policy, timeout, reinvocation) is what the chart renders.
+    """
+    bundle = base64.b64encode(worker_ca).decode()
+    common: dict[str, Any] = {
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": "Fail",
+        "timeoutSeconds": 10,
+        "rules": [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ],
+        "namespaceSelector": {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": list(WEBHOOK_EXCLUDED_NAMESPACES),
+                }
+            ]
+        },
+    }
+
+    def config(kind: str, name: str, path: str, **extra: Any) -> dict[str, Any]:
+        hook = {
+            "name": name,
+            "clientConfig": {"url": f"{worker_url}{path}", "caBundle": bundle},
+            **common,
+            **extra,
+        }
+        return {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": kind,
+            "metadata": {"name": "gpustack-operator-worker"},
+            "webhooks": [hook],
+        }
+
+    return [
+        config(
+            "MutatingWebhookConfiguration",
+            "pods.mutate.worker.gpustack.ai",
+            "/mutate-v1-pod",
+            reinvocationPolicy="IfNeeded",
+        ),
+        config(
+            "ValidatingWebhookConfiguration", "pods.validate.worker.gpustack.ai", "/validate-v1-pod"
+        ),
+    ]
+
+
+def register_pod_webhooks(
+    cluster_url: str, cluster_ca: Path, token: str, worker_url: str, worker_ca: bytes
+) -> None:
+    """Register gate 1 with the stand-in, so Pods created through it are judged by the worker."""
+    base = f"{cluster_url}/apis/admissionregistration.k8s.io/v1"
+    plural = {
+        "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+    }
+    with httpx.Client(
+        verify=str(cluster_ca),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+        trust_env=False,
+    ) as client:
+        for body in pod_webhook_configurations(worker_url, worker_ca):
+            response = client.post(f"{base}/{plural[body['kind']]}", json=body)
+            if response.status_code not in (200, 201):
+                raise UpError(
+                    f"registering the {body['kind']} with the stand-in answered "
+                    f"{response.status_code}: {response.text[:300]}"
+                )
 
 
 def _ok(url: str, *, verify: Any = False, headers: dict[str, str] | None = None) -> bool:
@@ -569,6 +657,13 @@ def up(
             ),
             deadline,
             "the aggregator reached the worker",
+        )
+        register_pod_webhooks(
+            cluster_url,
+            state_dir / "cluster" / "pki" / "ca.crt",
+            token,
+            worker_url,
+            (worker_tls / "ca.crt").read_bytes(),
         )
     except BaseException:
         _stop([{"name": s.name, "pid": s.process.pid} for s in started])

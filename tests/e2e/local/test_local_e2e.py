@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import socket
 import subprocess
@@ -597,3 +598,43 @@ def test_the_demo_shows_live_figures_once_and_stops_everything(
     assert f"kubectl --kubeconfig {state_dir / 'kubeconfig'}" in shown.stdout
     assert "stopped worker" in shown.stdout
     assert not (state_dir / "processes.json").exists()
+
+
+# -- gate 1: the Pod admission webhook, registered by `simulator up` ---------------------------
+
+
+def _pod_manifest(name: str, limits: dict[str, str]) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"containers": [{"name": "main", "image": "busybox",
+                                     "resources": {"limits": limits}}]},
+        }
+    )  # fmt: skip
+
+
+def _create(system: System, manifest: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", system.endpoints.kubeconfig, "--context", "admin",
+         "create", "--validate=false", "-f", "-", "-o", "json"],
+        input=manifest, capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "KUBECONFIG": ""},
+    )  # fmt: skip
+
+
+@needs_kubectl
+def test_kubectl_created_pods_go_through_the_workers_webhook(system: System) -> None:
+    slice_of_20 = {"nvidia.com/gpu.sliced": "1", "nvidia.com/gpu.sliced.memory-percentage": "20"}
+    folded = _create(system, _pod_manifest("gate-slice", slice_of_20))
+    assert folded.returncode == 0, folded.stderr
+    limits = json.loads(folded.stdout)["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu.sliced.units"] == "320000"  # 20 % × 16,000
+    assert limits["nvidia.com/gpu.sliced.cores-percentage"] == "100"  # the default
+    refused = _create(system, _pod_manifest("gate-bad", {"nvidia.com/gpu.sliced": "1"}))
+    assert refused.returncode != 0
+    assert 'admission webhook "pods.' in refused.stderr
+    assert "nvidia.com/gpu.sliced.memory-percentage or" in refused.stderr
+    plain = _create(system, _pod_manifest("gate-plain", {"cpu": "100m"}))
+    assert plain.returncode == 0, plain.stderr  # no accelerator: admitted untouched
