@@ -24,7 +24,7 @@ import trio
 
 from gpustack_core.confirm import Assigned, confirm
 from gpustack_devicemanager.podview import NodePod
-from gpustack_kube.kubeletapi.api import list_pod_resources, unix_target
+from gpustack_kube.kubeletapi.api import read_pod_resources
 
 log = logging.getLogger("gpustack.devicemanager.confirmation")
 
@@ -33,14 +33,8 @@ LIST_TIMEOUT = 2.0
 
 def read_assignments(socket: Path) -> Assigned:
     """PodResources ``List``: every container's assigned device IDs (blocking; a thread)."""
-    with grpc.insecure_channel(unix_target(socket)) as channel:
-        listed = list_pod_resources(channel, LIST_TIMEOUT)
-    answer: dict[tuple[str, str, str], frozenset[str]] = {}
-    for pod in listed.pod_resources:
-        for container in pod.containers:
-            ids = frozenset(i for d in container.devices for i in d.device_ids)
-            answer[(pod.namespace, pod.name, container.name)] = ids
-    return answer
+    listed = read_pod_resources(socket, LIST_TIMEOUT)
+    return {key: frozenset().union(*by_resource.values()) for key, by_resource in listed.items()}
 
 
 class GrantConfirmation:

@@ -59,7 +59,7 @@ from gpustack_devicemanager.deviceplugin.state import PluginState, node_of
 from gpustack_devicemanager.podview import NodePod
 from gpustack_kube.client import KubeClient, KubeError, PatchType, retry_on_conflict
 from gpustack_kube.kubeletapi import deviceplugin_v1beta1_pb2 as dp
-from gpustack_kube.kubeletapi.api import list_pod_resources, unix_target
+from gpustack_kube.kubeletapi.api import read_pod_resources
 from gpustack_kube.paths import PODS
 
 log = logging.getLogger("gpustack.devicemanager.deviceplugin")
@@ -162,22 +162,8 @@ class Allocator:
         socket = self.pod_resources_socket
         if socket is None or not socket.exists():
             return {}
-
-        def call() -> dict[tuple[str, str, str], dict[str, set[str]]]:
-            with grpc.insecure_channel(unix_target(socket)) as channel:
-                listed = list_pod_resources(channel, POD_RESOURCES_TIMEOUT)
-            answer: dict[tuple[str, str, str], dict[str, set[str]]] = {}
-            for pod in listed.pod_resources:
-                for container in pod.containers:
-                    devices = answer.setdefault((pod.namespace, pod.name, container.name), {})
-                    for assigned in container.devices:
-                        devices.setdefault(assigned.resource_name, set()).update(
-                            assigned.device_ids
-                        )
-            return answer
-
         try:
-            return await trio.to_thread.run_sync(call)
+            return await trio.to_thread.run_sync(read_pod_resources, socket, POD_RESOURCES_TIMEOUT)
         except grpc.RpcError as exc:
             log.info("PodResources unavailable at %s: %s", socket, exc)
             return {}

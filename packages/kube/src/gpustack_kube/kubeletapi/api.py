@@ -216,3 +216,23 @@ def list_pod_resources(channel: grpc.Channel, timeout: float) -> pr.ListPodResou
         pr.ListPodResourcesRequest(), timeout=timeout
     )
     return answer
+
+
+PodResourcesKey = tuple[str, str, str]
+"""(namespace, pod, container), as PodResources names each container."""
+
+
+def read_pod_resources(socket: Path, timeout: float) -> dict[PodResourcesKey, dict[str, set[str]]]:
+    """Every container's assigned device IDs per resource, from the kubelet at ``socket``.
+
+    Blocking (run it in a thread); raises ``grpc.RpcError`` when the kubelet does not answer.
+    """
+    with grpc.insecure_channel(unix_target(socket)) as channel:
+        listed = list_pod_resources(channel, timeout)
+    answer: dict[PodResourcesKey, dict[str, set[str]]] = {}
+    for pod in listed.pod_resources:
+        for container in pod.containers:
+            devices = answer.setdefault((pod.namespace, pod.name, container.name), {})
+            for assigned in container.devices:
+                devices.setdefault(assigned.resource_name, set()).update(assigned.device_ids)
+    return answer
