@@ -130,8 +130,11 @@ def tick(
         accelerators=tuple(card_figures(c) for c in cards),
     )
     section: SliceSection | None = None
+    confirmed: tuple[ConfirmedGrant, ...] | None = None
     if pods is not None:
         records, grants = _node_pods(pods, context)
+        if context.confirming:
+            confirmed = _confirmed_grants(grants, context.manufacturer)
         plan = targets(grants, context.manufacturer)
         for note in plan.notes:
             _warn_once(context, f"plan:{note}", "%s", note)
@@ -153,23 +156,17 @@ def tick(
         period_seconds=math.ceil(context.period),
         groups=(group,),
         slices=section,
-        grants=_confirmed_grants(pods, context),
+        grants=confirmed,
     )
 
 
-def _confirmed_grants(
-    pods: Sequence[PodEntry] | None, context: TickContext
-) -> tuple[ConfirmedGrant, ...] | None:
-    """The grants on this manager's cards that stood the kubelet check (``None``: no check)."""
-    if not context.confirming or pods is None:
-        return None
+def _confirmed_grants(grants: Sequence[PodGrants], manufacturer: str) -> tuple[ConfirmedGrant, ...]:
+    """The grants on this manager's cards that stood the kubelet check (the tick's own read)."""
     return tuple(
-        ConfirmedGrant(
-            pod_uid=e.pod.metadata.uid, container=g.container, device_id=g.accelerator.id
-        )
-        for e in decoded(pods)
-        for g in e.grants
-        if g.manufacturer == context.manufacturer
+        ConfirmedGrant(pod_uid=held.pod_uid, container=g.container, device_id=g.accelerator.id)
+        for held in grants
+        for g in held.grants
+        if g.manufacturer == manufacturer
     )
 
 
