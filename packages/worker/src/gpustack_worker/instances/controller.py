@@ -55,6 +55,7 @@ from gpustack_worker.instances.render import (
     Overcommit,
     PodInputs,
     RenderError,
+    belongs_to,
     parse_cidrs,
     render_isolation_policy,
     render_pod,
@@ -422,8 +423,7 @@ class InstanceController:
         digest = _template_hash(desired)
         desired["metadata"]["annotations"] = {TEMPLATE_HASH: digest}
         if pod is not None:
-            labels = _labels(pod)
-            if labels.get(contract.PART_OF_LABEL) != meta.uid:
+            if not belongs_to(instance, pod):
                 # A previous incarnation's Pod still holds the name: remove it, look again.
                 if not pod["metadata"].get("deletionTimestamp"):
                     await self._delete(pod, "predecessor Pod")
@@ -448,7 +448,7 @@ class InstanceController:
     ) -> None:
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             return
-        if _labels(pod).get(contract.PART_OF_LABEL) != instance.metadata.uid:
+        if not belongs_to(instance, pod):
             return
         await self._delete(pod, f"Pod ({why})")
         self._event(instance, "Normal", reason, f"deleting Pod {instance.metadata.name}: {why}")

@@ -98,6 +98,16 @@ def instance_labels(instance: Instance) -> dict[str, str]:
     return {contract.PART_OF_LABEL: instance.metadata.uid, TYPE_LABEL: INSTANCES_TYPE}
 
 
+def belongs_to(instance: Instance, pod: Mapping[str, Any] | None) -> bool:
+    """Whether ``pod`` is this incarnation's: its part-of label is the Instance's current UID.
+
+    A Pod left by a deleted Instance of the same name carries the old UID and is not this
+    Instance's, whatever its name says.
+    """
+    labels = (pod or {}).get("metadata", {}).get("labels") or {}
+    return pod is not None and labels.get(contract.PART_OF_LABEL) == instance.metadata.uid
+
+
 def port_name(port: Port) -> str:
     """``tcp-8080``: the reference's ``<proto>-<port>``, lower-cased (a valid IANA_SVC_NAME)."""
     return f"{port.protocol.lower()}-{port.port}"

@@ -22,7 +22,7 @@ from gpustack_core.instance import (
     StatusPort,
 )
 from gpustack_core.modes import AllocationMode
-from gpustack_worker.instances.render import MAIN
+from gpustack_worker.instances.render import MAIN, belongs_to
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
@@ -46,11 +46,7 @@ def phase_of(instance: Instance, pod: Mapping[str, Any] | None) -> tuple[Phase, 
     """``(phase, phaseMessage)`` by the reference's five phases."""
     if instance.metadata.deletion_timestamp:
         return "Deleting", "the Instance is being deleted"
-    owned = (
-        pod is not None
-        and (pod.get("metadata", {}).get("labels") or {}).get(contract.PART_OF_LABEL)
-        == instance.metadata.uid
-    )
+    owned = belongs_to(instance, pod)
     if instance.spec.stop:
         if owned:
             return "Stopping", "deleting the Pod; the Service and its node ports are kept"
@@ -139,13 +135,9 @@ def derive_status(
 ) -> InstanceStatus:
     """The whole status, from the Instance and the objects it owns (and its Pod's Node)."""
     phase, message = phase_of(instance, pod)
-    owned = pod if phase in {"Ready", "Starting", "Stopping"} and pod is not None else None
-    if (
-        owned is not None
-        and (owned.get("metadata", {}).get("labels") or {}).get(contract.PART_OF_LABEL)
-        != instance.metadata.uid
-    ):
-        owned = None
+    owned = (
+        pod if phase in {"Ready", "Starting", "Stopping"} and belongs_to(instance, pod) else None
+    )
     node_name = str((owned or {}).get("spec", {}).get("nodeName") or "")
     host_ips = _host_ips(node) if node_name else ()
     pod_ips = tuple(
