@@ -21,7 +21,6 @@ member (node, manufacturer, recording, proc root, address, port). SIGTERM or SIG
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -100,18 +99,6 @@ class Recordings:
 
     def __len__(self) -> int:
         return len(self._parsed)
-
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def seconds_of(text: str) -> float:
-    """``2s``, ``500ms``, ``1m`` or plain seconds, as ``--monitor-period`` takes them."""
-    match = _DURATION.match(text.strip())
-    if match is None or float(match[1]) <= 0:
-        raise ValueError(f"{text!r} is not a positive duration like 15s, 1m or 500ms")
-    return float(match[1]) * _SCALE[match[2]]
 
 
 def resident_mib() -> float:

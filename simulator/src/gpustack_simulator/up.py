@@ -33,8 +33,9 @@ from typing import Any
 import httpx
 
 from gpustack_core.decoding import ContractError
+from gpustack_core.units import seconds_of
 from gpustack_kube.certs import self_signed
-from gpustack_simulator.fleet_host import FleetSpec, Member, seconds_of
+from gpustack_simulator.fleet_host import FleetSpec, Member
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.scenario import (
     RECORDINGS_DIR,

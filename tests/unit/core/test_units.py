@@ -14,6 +14,7 @@ from gpustack_core.units import (
     nanocores_to_millicores,
     percent_of,
     restate_against_cap,
+    seconds_of,
     slice_memory_mib,
 )
 
@@ -118,3 +119,16 @@ def test_percent_of_is_not_clamped() -> None:
     assert percent_of(1, 80_000) == 1  # a non-zero share never reads idle
     assert percent_of(150, 100) == 150
     assert percent_of(5, 0) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("15s", 15.0), ("500ms", 0.5), ("1m", 60.0), ("1h", 3600.0), ("2", 2.0)]
+)
+def test_durations_as_period_flags_take_them(text: str, seconds: float) -> None:
+    assert seconds_of(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["0s", "-1s", "15 minutes", "", "1d"])
+def test_a_non_duration_is_refused_by_name(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a positive duration"):
+        seconds_of(text)

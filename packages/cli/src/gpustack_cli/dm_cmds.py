@@ -7,7 +7,6 @@ The simulator is imported only where ``--simulate`` asks for it, so the producti
 from __future__ import annotations
 
 import os
-import re
 import socket
 import tempfile
 from datetime import UTC, datetime
@@ -16,20 +15,18 @@ from pathlib import Path
 import msgspec
 import typer
 
+from gpustack_core.units import seconds_of
 from gpustack_devicemanager.monitor import TickContext, tick
 from gpustack_vendors.loading import LibraryUnavailableError, open_backend
 from gpustack_vendors.protocol import Backend
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
 
 def parse_duration(text: str) -> float:
-    """``15s``, ``1m``, ``500ms`` or plain seconds; must be positive."""
-    match = _DURATION.match(text.strip())
-    if match is None or float(match[1]) <= 0:
-        raise typer.BadParameter(f"{text!r} is not a positive duration like 15s, 1m or 500ms")
-    return float(match[1]) * _SCALE[match[2]]
+    """``15s``, ``1m``, ``500ms`` or plain seconds; must be positive (a usage error if not)."""
+    try:
+        return seconds_of(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def default_node_name() -> str:

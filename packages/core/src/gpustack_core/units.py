@@ -7,6 +7,7 @@ read as ``0``, because ``0`` means "measured and idle" (585,728 B of working set
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 MIB = 1 << 20
@@ -87,3 +88,18 @@ def slice_memory_mib(units: int, card_mib: int) -> int | None:
         return None
     units = min(units, UNITS_PER_ACCELERATOR)
     return max(units * card_mib // UNITS_PER_ACCELERATOR, 1)
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_DURATION_SCALE = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def seconds_of(text: str) -> float:
+    """``15s``, ``1m``, ``500ms``, ``1h`` or plain seconds, as every period flag takes them.
+
+    Raises ``ValueError`` naming the text when it is not a positive duration.
+    """
+    match = _DURATION.match(text.strip())
+    if match is None or float(match[1]) <= 0:
+        raise ValueError(f"{text!r} is not a positive duration like 15s, 1m or 500ms")
+    return float(match[1]) * _DURATION_SCALE[match[2]]
