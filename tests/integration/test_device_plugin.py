@@ -237,6 +237,7 @@ async def test_registers_every_mode_and_again_after_a_kubelet_restart(tmp_path: 
         preferring = {n for n, r in first.items() if r.options.get_preferred_allocation_available}
         assert preferring == {
             "nvidia.com/gpu.shared",
+            "nvidia.com/gpu.sliced",
             "nvidia.com/gpu.partitioned",
             "device.gpustack.ai/nvidia.visibility",
         }

@@ -16,6 +16,7 @@ anything starts, so the stand-in's aggregator can verify it (the ``APIService``'
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -368,6 +370,27 @@ def _recorded(state_dir: Path) -> list[dict[str, Any]]:
     return processes
 
 
+def kubelet_root(state_dir: Path) -> Path:
+    """Where the fake kubelets' sockets live for ``state_dir``: short, and the same for ``down``.
+
+    A unix socket's path holds at most 107 bytes, and a plugin's
+    (``<root>/<node>/device-plugins/gpustack-nvidia-partitioned.sock``) must fit whatever the
+    state directory's own length, so the root is a short folder under the temp directory
+    named after the state directory.
+    """
+    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"gpustack-kubelets-{digest}"
+
+
+def node_sockets(root: Path, node: str) -> tuple[Path, Path]:
+    """``kubelet.sock`` and the PodResources socket of ``node``'s fake kubelet under ``root``.
+
+    The same layout :class:`gpustack_simulator.fakekubelet.nodes.NodeKubelets` serves.
+    """
+    here = root / node
+    return here / "device-plugins" / "kubelet.sock", here / "pod-resources" / "kubelet.sock"
+
+
 def _cluster_args(
     path: Path,
     state_dir: Path,
@@ -376,6 +399,7 @@ def _cluster_args(
     expanded: Expanded,
     addresses: list[str],
     dm_port: int,
+    kubelets: Path | None,
 ) -> list[str]:
     """``simulator cluster``'s flags: where each Device Manager Pod listens, where the worker."""
     cluster_args = [
@@ -396,6 +420,8 @@ def _cluster_args(
     ]
     for dm, address in zip(expanded.device_managers, addresses, strict=True):
         cluster_args += ["--pod-address", f"{dm.namespace}/{dm.name}={address}:{dm_port}"]
+    if kubelets is not None:
+        cluster_args += ["--kubelet-dir", str(kubelets)]
     return cluster_args
 
 
@@ -407,8 +433,24 @@ def device_manager_command(
     address: str,
     port: int,
     monitor_period: str,
+    kubelets: Path | None = None,
 ) -> list[str]:
-    """``device-manager serve --simulate`` for one scenario Device Manager, as a node runs it."""
+    """``device-manager serve --simulate`` for one scenario Device Manager, as a node runs it.
+
+    ``kubelets``: the fake kubelets' root; the manager is then its node's device plugin (and
+    confirms grants against that kubelet's PodResources). Without it, no plugin.
+    """
+    if kubelets is None:
+        plugin = ["--no-device-plugin"]
+    else:
+        socket, pod_resources = node_sockets(kubelets, dm.node)
+        plugin = [
+            "--device-plugin",
+            "--kube-socket",
+            str(socket),
+            "--pod-resources-socket",
+            str(pod_resources),
+        ]
     return _command(
         "device-manager",
         "serve",
@@ -430,6 +472,7 @@ def device_manager_command(
         address,
         "--monitor-period",
         monitor_period,
+        *plugin,
     )
 
 
@@ -442,7 +485,10 @@ def _start_device_managers(
     monitor_period: str,
     started: list[_Started],
 ) -> list[DeviceManagerEndpoint]:
-    """One ``device-manager serve --simulate`` per scenario Device Manager, on its address."""
+    """One ``device-manager serve --simulate`` per scenario Device Manager, on its address.
+
+    Each is its node's device plugin, registered with the node's fake kubelet in the stand-in.
+    """
     logs = state_dir / "logs"
     managers: list[DeviceManagerEndpoint] = []
     for dm, address in zip(expanded.device_managers, addresses, strict=True):
@@ -460,6 +506,7 @@ def _start_device_managers(
                     address=address,
                     port=dm_port,
                     monitor_period=monitor_period,
+                    kubelets=kubelet_root(state_dir),
                 ),
                 logs,
                 env={"KUBERNETES_NODE_NAME": dm.node},
@@ -553,6 +600,65 @@ def _settle_fleet(host: _Started, managers: list[DeviceManagerEndpoint], deadlin
             )
 
 
+def _start_worker(
+    kubeconfig: Path, port: int, tls: Path, monitor_period: str, logs: Path
+) -> _Started:
+    """The worker, as the chart runs it, on loopback with the certificate minted for it."""
+    return _spawn(
+        "worker",
+        _command(
+            "worker",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--context",
+            "worker",
+            "--secure-port",
+            str(port),
+            "--bind-address",
+            "127.0.0.1",
+            "--cert-dir",
+            str(tls),
+            "--device-manager-monitor-period",
+            monitor_period,
+            # The scenarios' Instances name InstanceTypes the stand-in does not hold and
+            # their Pods are the scenario's own: a controller would stop them. It is
+            # exercised against the stand-in by tests/integration/test_instance_controller.
+            "--no-instance-controller",
+        ),
+        logs,
+    )
+
+
+def _open_to_users(
+    cluster: _Started,
+    cluster_url: str,
+    state_dir: Path,
+    expanded: Expanded,
+    worker_url: str,
+    deadline: float,
+) -> None:
+    """Once the worker serves: wait for the aggregator to reach it, then register gate 1."""
+    token = next(u.token for u in expanded.users if u.name == "admin")
+    cluster_ca = state_dir / "cluster" / "pki" / "ca.crt"
+    _wait(
+        cluster,
+        lambda: _ok(
+            cluster_url + WORKER_GROUP_VERSION,
+            verify=str(cluster_ca),
+            headers={"Authorization": f"Bearer {token}"},
+        ),
+        deadline,
+        "the aggregator reached the worker",
+    )
+    register_pod_webhooks(
+        cluster_url,
+        cluster_ca,
+        token,
+        worker_url,
+        (state_dir / "worker-tls" / "ca.crt").read_bytes(),
+    )
+
+
 def _fresh_state(state_dir: Path) -> Path:
     """Delete what a previous run left (logs, PKI, fake /proc, files); the new logs folder."""
     for stale in ("cluster", "proc", "logs", "worker-tls"):
@@ -602,8 +708,11 @@ def up(
     started: list[_Started] = []
     deadline = time.monotonic() + timeout
     try:
+        # A fleet's members serve no device plugin (a kubelet per simulated node is more than
+        # one machine hosts at a thousand); every other run allocates through the plugins.
+        kubelets = None if fleet else kubelet_root(state_dir)
         cluster_args = _cluster_args(
-            path, state_dir, worker_url, worker_tls, expanded, addresses, dm_port
+            path, state_dir, worker_url, worker_tls, expanded, addresses, dm_port, kubelets
         )
         cluster = _spawn("cluster", _command(*cluster_args), logs)
         started.append(cluster)
@@ -618,29 +727,7 @@ def up(
         managers = start_managers(
             expanded, addresses, dm_port, state_dir, kubeconfig, monitor_period, started
         )
-        worker = _spawn(
-            "worker",
-            _command(
-                "worker",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--context",
-                "worker",
-                "--secure-port",
-                str(worker_port),
-                "--bind-address",
-                "127.0.0.1",
-                "--cert-dir",
-                str(worker_tls),
-                "--device-manager-monitor-period",
-                monitor_period,
-                # The scenarios' Instances name InstanceTypes the stand-in does not hold and
-                # their Pods are the scenario's own: a controller would stop them. It is
-                # exercised against the stand-in by tests/integration/test_instance_controller.
-                "--no-instance-controller",
-            ),
-            logs,
-        )
+        worker = _start_worker(kubeconfig, worker_port, worker_tls, monitor_period, logs)
         started.append(worker)
 
         if fleet:
@@ -648,24 +735,7 @@ def up(
         else:
             _settle_device_managers(started, managers, logs, deadline)
         _wait(worker, lambda: _ok(f"{worker_url}/readyz", verify=False), deadline, "/readyz")
-        token = next(u.token for u in expanded.users if u.name == "admin")
-        _wait(
-            cluster,
-            lambda: _ok(
-                cluster_url + WORKER_GROUP_VERSION,
-                verify=str(state_dir / "cluster" / "pki" / "ca.crt"),
-                headers={"Authorization": f"Bearer {token}"},
-            ),
-            deadline,
-            "the aggregator reached the worker",
-        )
-        register_pod_webhooks(
-            cluster_url,
-            state_dir / "cluster" / "pki" / "ca.crt",
-            token,
-            worker_url,
-            (worker_tls / "ca.crt").read_bytes(),
-        )
+        _open_to_users(cluster, cluster_url, state_dir, expanded, worker_url, deadline)
     except BaseException:
         _stop([{"name": s.name, "pid": s.process.pid} for s in started])
         raise
@@ -727,4 +797,5 @@ def down(state_dir: Path) -> list[str]:
     processes = _recorded(state_dir)
     stopped = _stop(processes)
     (state_dir / "processes.json").unlink(missing_ok=True)
+    shutil.rmtree(kubelet_root(state_dir), ignore_errors=True)
     return stopped

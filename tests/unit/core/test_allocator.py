@@ -284,6 +284,24 @@ def test_preferred_packs_fungible_pools_and_spreads_shares() -> None:
     assert {parse_token_id(i).accelerator for i in picked} == {"GPU-0", "GPU-1"}
 
 
+def test_preferred_slice_goes_to_the_roomiest_card_and_never_to_a_full_one() -> None:
+    full = AllocatedAccelerator(id="GPU-0", mode=SL, allocated=M)
+    half = AllocatedAccelerator(id="GPU-1", mode=SL, allocated=M // 2)
+    quarter = AllocatedAccelerator(id="GPU-2", mode=SL, allocated=M // 4)
+    node = Node(
+        group(cards=3, slices=4),
+        (hold("ns/a", full), hold("ns/b", half), hold("ns/c", quarter)),
+    )
+    slices = [str(t) for t in pool(node.group, SL)]
+    # GPU-2 has 3/4 of its units left, GPU-1 half, GPU-0 none.
+    assert [parse_token_id(i).accelerator for i in preferred(node, SL, slices, [], 1)] == ["GPU-2"]
+    on_full_or_half = [i for i in slices if not i.startswith("h100:GPU-2:")]
+    picked = preferred(node, SL, on_full_or_half, [], 1)
+    assert [parse_token_id(i).accelerator for i in picked] == ["GPU-1"]
+    only_full = [i for i in slices if i.startswith("h100:GPU-0:")]
+    assert preferred(node, SL, only_full, [], 1) == []
+
+
 # --- properties ---------------------------------------------------------------------------
 
 MODES = st.sampled_from([E, SH, SL, P])

@@ -270,10 +270,14 @@ def test_every_flag_the_chart_passes_is_a_real_option() -> None:
 
 
 def _kubelet_rules(objects: list[dict[str, Any]]) -> dict[str, set[str]]:
-    """ClusterRole name → the node subresources it grants."""
+    """ClusterRole name → the kubelet's node subresources it grants (not ``nodes/status``,
+    which the API server serves: the worker's node-capacity patch)."""
     return {
         role["metadata"]["name"]: {
-            r for rule in role["rules"] for r in rule.get("resources", ()) if r.startswith("nodes/")
+            r
+            for rule in role["rules"]
+            for r in rule.get("resources", ())
+            if r.startswith("nodes/") and r != "nodes/status"
         }
         for role in of_kind(objects, "ClusterRole")
         if role["metadata"]["name"] in {WORKER, "gpustack-operator-device-manager"}

@@ -43,7 +43,7 @@ def test_devices_carry_health_and_numa_node() -> None:
     assert health == {"a10g:GPU-0:0000": "Healthy", "a10g:GPU-1:0000": "Unhealthy"}
 
 
-def test_only_packing_and_distinct_card_modes_offer_a_preference() -> None:
+def test_only_packing_distinct_card_and_sliced_modes_offer_a_preference() -> None:
     state = PluginState(Inventory(groups=(GROUP,)))
     offered = {
         mode: plugin(mode, state).options().get_preferred_allocation_available
@@ -52,7 +52,7 @@ def test_only_packing_and_distinct_card_modes_offer_a_preference() -> None:
     assert offered == {
         AllocationMode.EXCLUSIVE: False,
         AllocationMode.SHARED: True,
-        AllocationMode.SLICED: False,
+        AllocationMode.SLICED: True,
         AllocationMode.PARTITIONED: True,
         AllocationMode.VISIBILITY: True,
     }

@@ -144,6 +144,15 @@ def worker(
             )
         ),
     ] = True,
+    node_capacity: Annotated[
+        bool,
+        typer.Option(
+            help=(
+                "Patch each Node's companion accelerator resources (<base>.sliced.units,"
+                " .partitioned.<kind>-<profile>, …) from its Devices object."
+            )
+        ),
+    ] = True,
     instance_controller: Annotated[
         bool,
         typer.Option(
@@ -193,6 +202,7 @@ def worker(
         client_ca_file=client_ca_file,
         authentication_skip_lookup=authentication_skip_lookup,
         node_features=node_features,
+        node_capacity=node_capacity,
         instance_controller=instance_controller,
         kubelet=_kubelet(
             kubelet_access, kubelet_port, kubelet_certificate_authority, kubelet_insecure_tls
@@ -507,6 +517,16 @@ def sim_cluster(
     ready_file: Annotated[
         Path | None, typer.Option(help="Write the URL here once serving (removed on exit).")
     ] = None,
+    kubelet_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help=(
+                "Run a fake kubelet per Device Manager node, its sockets under DIR/<node>/"
+                " (device-plugins/kubelet.sock, pod-resources/kubelet.sock): Pods requesting a"
+                " registered resource are allocated through the node's device plugins."
+            )
+        ),
+    ] = None,
 ) -> None:
     """Serve the Kubernetes endpoints the daemons use, from a scenario, until interrupted."""
     import trio
@@ -525,6 +545,7 @@ def sim_cluster(
                 worker_url=worker_url,
                 worker_ca=worker_ca,
                 ready_file=ready_file,
+                kubelet_dir=kubelet_dir,
             )
         )
     except (StandinError, ContractError, FileNotFoundError, BaseExceptionGroup) as exc:

@@ -381,7 +381,9 @@ def preferred(
 
     Fungible pools pack: tokens of cards that already carry this mode's grants first, so
     whole cards stay free for Exclusive. Shared spreads over distinct cards (one share each),
-    packing onto already-shared cards too. Unhealthy tokens are never preferred.
+    packing onto already-shared cards too. Sliced goes to the card with the most units left
+    (the kubelet does not say how large the slice is, so the roomiest card is the one it
+    fits best), never to a card with none left. Unhealthy tokens are never preferred.
     """
     healthy = health(node, mode)
     chosen = [i for i in must_include if i in available][:size]
@@ -391,6 +393,8 @@ def preferred(
         token = parse_token_id(text)
         card = node.card(token.accelerator)
         index = card.index if card is not None else 0
+        if mode is AllocationMode.SLICED:
+            return (node.used_units(token.accelerator), index, text)
         return (-len(node.on(token.accelerator)), index, text)
 
     for text in sorted((i for i in available if i not in chosen), key=rank):
@@ -400,6 +404,8 @@ def preferred(
             continue
         card = parse_token_id(text).accelerator
         if mode is AllocationMode.SHARED and card in cards_used:
+            continue
+        if mode is AllocationMode.SLICED and node.used_units(card) >= UNITS_PER_ACCELERATOR:
             continue
         chosen.append(text)
         cards_used.add(card)

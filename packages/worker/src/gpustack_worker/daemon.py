@@ -42,6 +42,7 @@ from gpustack_worker.authn import (
 )
 from gpustack_worker.authz import Authorizer
 from gpustack_worker.instances.controller import ControllerOptions, InstanceController
+from gpustack_worker.nodecapacity import run_node_capacity
 from gpustack_worker.nodefeatures import run_node_features
 from gpustack_worker.subresource import Sources, device_manager_client
 from gpustack_worker.summaries import SummaryCache
@@ -89,6 +90,9 @@ class WorkerOptions:
     hosts: Sequence[str] = field(default_factory=lambda: ("localhost", "127.0.0.1"))
     node_features: bool = True
     """Publish every Node's ``<node>-gpustack-worker`` NodeFeature (nodefeatures.py)."""
+    node_capacity: bool = True
+    """Patch each Node's companion extended resources (``.sliced.units`` …) from its
+    ``Devices`` (nodecapacity.py), so Sliced and Partitioned Pods can be scheduled."""
     instance_controller: bool = False
     """Reconcile Instances into Pods and Services (instances/controller.py), leader-elected.
     Off here so an embedding (a test, a frozen scenario) opts in; the CLI turns it on."""
@@ -344,10 +348,12 @@ def _start_tasks(
     client: KubeClient,
     settings: Callable[[], Awaitable[None]],
 ) -> InstanceController | None:
-    """The worker's background loops: settings, the Nodes' NodeFeatures, the controller."""
+    """The worker's background loops: settings, NodeFeatures, node capacity, the controller."""
     nursery.start_soon(settings)
     if options.node_features:
         nursery.start_soon(run_node_features, client, options.system_namespace)
+    if options.node_capacity:
+        nursery.start_soon(run_node_capacity, client)
     if options.instance_controller:
         controller = InstanceController(
             client,

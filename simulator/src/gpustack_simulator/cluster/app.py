@@ -59,6 +59,7 @@ class Routes(
         super().__init__(state)
         self.api = ApiServer(state)
         self.state = state
+        state.node_changed = lambda: self.api.nodes.reconcile(self.api)
         self.table: list[tuple[re.Pattern[str], Handler]] = [
             (re.compile(p), h)
             for p, h in (

@@ -13,6 +13,7 @@ import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import trio
@@ -25,6 +26,9 @@ from gpustack_simulator.cluster.pki import ClusterPKI
 from gpustack_simulator.cluster.services import https_port
 from gpustack_simulator.cluster.state import POD, ClusterState, ScenarioClock
 from gpustack_simulator.scenario import RECORDINGS_DIR, expand, find_scenario, load_scenario
+
+if TYPE_CHECKING:
+    from gpustack_simulator.fakekubelet.nodes import NodeKubelets
 
 KUBECONFIG = "kubeconfig"
 
@@ -118,6 +122,7 @@ async def serve_cluster(
     pod_addresses: Sequence[PodAddress] = (),
     worker_url: str | None = None,
     worker_ca: Path | None = None,
+    kubelet_dir: Path | None = None,
     task_status: trio.TaskStatus[RunningCluster] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``scenario`` until ``RunningCluster.shutdown`` is set; report once listening.
@@ -125,6 +130,9 @@ async def serve_cluster(
     Every argument is checked before the socket is bound (``StandinError``), so a bad flag
     never leaves a half-started stand-in behind. The kubeconfig is written only after the
     socket is bound, so a reader that waits for the file can use it at once.
+
+    ``kubelet_dir``: one fake kubelet per Device Manager node, its sockets under
+    ``kubelet_dir/<node>/`` (:mod:`gpustack_simulator.fakekubelet.nodes`).
     """
     _check_worker(worker_url, worker_ca)
     path = find_scenario(str(scenario))
@@ -141,7 +149,15 @@ async def serve_cluster(
     config.errorlog = None
     config.graceful_timeout = 1.0
     shutdown = trio.Event()
+    kubelets = None
+    if kubelet_dir is not None:
+        from gpustack_simulator.fakekubelet.nodes import NodeKubelets  # noqa: PLC0415 — gRPC
+
+        kubelets = NodeKubelets(state, kubelet_dir)
     async with trio.open_nursery() as nursery:
+        if kubelets is not None:
+            await trio.to_thread.run_sync(kubelets.start)
+            nursery.start_soon(_kubelets_until, kubelets, shutdown)
         binds = await nursery.start(
             lambda task_status: serve(
                 build_app(state), config, shutdown_trigger=shutdown.wait, task_status=task_status
@@ -152,6 +168,18 @@ async def serve_cluster(
         users = [(u.name, u.token) for u in expanded.users]
         write_kubeconfig(config_path, kubeconfig(url, pki.ca, users, current="admin"))
         task_status.started(RunningCluster(url, config_path, state, shutdown))
+
+
+async def _kubelets_until(kubelets: NodeKubelets, shutdown: trio.Event) -> None:
+    """Run the fake kubelets until the stand-in shuts down, then stop their servers."""
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(kubelets.run)
+            await shutdown.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(kubelets.stop)
 
 
 def _write_ready(path: Path, url: str) -> None:
@@ -171,6 +199,7 @@ async def run_until_signalled(
     worker_url: str | None = None,
     worker_ca: Path | None = None,
     ready_file: Path | None = None,
+    kubelet_dir: Path | None = None,
 ) -> None:
     """Foreground mode for ``simulator cluster``: serve until SIGINT or SIGTERM.
 
@@ -189,6 +218,7 @@ async def run_until_signalled(
                     pod_addresses=pod_addresses,
                     worker_url=worker_url,
                     worker_ca=worker_ca,
+                    kubelet_dir=kubelet_dir,
                     task_status=task_status,
                 )
             )

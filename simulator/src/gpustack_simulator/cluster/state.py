@@ -104,6 +104,9 @@ class ClusterState:
     device_admission: DeviceAdmission | None = None
     """The fake kubelet's device admission (``gpustack_simulator.fakekubelet``): a bound Pod
     it answers ``False`` for stays Pending until it has called Allocate and then ``start``."""
+    node_changed: Callable[[], None] | None = None
+    """Run the node simulator's pass (set by the routes): a Node changed outside the API — the
+    fake kubelets' device counts — and Pods it could not place may fit now."""
 
     def __post_init__(self) -> None:
         self.faults = list(self.expanded.faults)

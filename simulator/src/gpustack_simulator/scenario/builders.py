@@ -15,6 +15,7 @@ from typing import Any
 
 from gpustack_core.modes import AllocationMode, Manufacturer
 from gpustack_core.quantity import parse_quantity
+from gpustack_core.tokens import token_id
 from gpustack_core.units import UNITS_PER_ACCELERATOR
 from gpustack_simulator.scenario.inventory import _Card
 from gpustack_simulator.scenario.resolved import _Grant, _stamp
@@ -323,7 +324,9 @@ def _allocations(grants: Sequence[_Grant]) -> dict[str, dict[str, Any]]:
             }
             groups.append(group)
         group["accelerators"].append(accelerator)
-        container["deviceIDs"].append(f"{grant.card.group}:{grant.card.id}:{token}")
+        # The plugin's own spelling (gpustack_core.tokens): PodResources and the grant
+        # confirmation compare these IDs letter for letter.
+        container["deviceIDs"].append(token_id(grant.card.group, grant.card.id, token))
         # Private keys carry the slice request to `_accelerator_requests`; stripped below.
         accelerator["_cores"] = grant.cores_percent or 100
         accelerator["_memory"] = grant.memory_percent or 0

@@ -106,6 +106,10 @@ def _worker_rules() -> tuple[Rule, ...]:
         *_daemon_rules(),
         # The Pod admission webhook's fold reads the cards' memory.
         _rule([API_GROUP], ["devices"], ["list"]),
+        # Node capacity: the companion resources patched into each Node's status from its
+        # Devices (gpustack_worker.nodecapacity), both read by informers.
+        _rule([API_GROUP], ["devices"], ["watch"]),
+        _rule([""], ["nodes/status"], ["patch"]),
         # The Instance controller: the Pods, Services and policies it renders, the Instances'
         # stop and status, their types, Events, its Lease and the operator Settings.
         _rule([""], ["pods"], ["create", "delete"]),

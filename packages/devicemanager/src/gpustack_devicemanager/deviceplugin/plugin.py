@@ -25,9 +25,10 @@ log = logging.getLogger("gpustack.devicemanager.deviceplugin")
 WATCH_POLL_SECONDS = 1.0
 """How often an idle ListAndWatch stream checks that the kubelet is still listening."""
 
-PREFERRING = FUNGIBLE | {AllocationMode.SHARED}
-"""Modes that offer ``GetPreferredAllocation``: the fungible pools pack, and Shared needs its
-shares on distinct cards, which the kubelet only knows if it asks."""
+PREFERRING = FUNGIBLE | {AllocationMode.SHARED, AllocationMode.SLICED}
+"""Modes that offer ``GetPreferredAllocation``: the fungible pools pack, Shared needs its
+shares on distinct cards and Sliced a card with units left, which the kubelet only knows if it
+asks."""
 
 
 class AllocationRefusedError(Exception):
