@@ -61,6 +61,7 @@ from gpustack_vendors.rocm_common import (
     process_devices,
     quietly,
 )
+from gpustack_vendors.surfaces.amd import AmdRocmSmiSurface, AmdSmiSurface
 
 MANUFACTURER = "amd"
 
@@ -107,7 +108,13 @@ class AmdBackend:
 
     manufacturer = MANUFACTURER
 
-    def __init__(self, amdsmi: Any, rocm_smi: Any, *, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self,
+        amdsmi: AmdSmiSurface,
+        rocm_smi: AmdRocmSmiSurface,
+        *,
+        clock: Clock = time.monotonic,
+    ) -> None:
         self._amdsmi = amdsmi
         self._rocm_smi = rocm_smi
         self._clock = clock
@@ -127,7 +134,8 @@ class AmdBackend:
         try:
             return getattr(self._amdsmi, fn)(*args)
         except self._amdsmi.AmdSmiLibraryException as exc:
-            raise AmdCallError("AMD SMI", fn, int(exc.err_code), errors.AMDSMI) from exc
+            code = int(exc.err_code)  # type: ignore[attr-defined]  # amdsmi's, on its exception
+            raise AmdCallError("AMD SMI", fn, code, errors.AMDSMI) from exc
 
     def _rocm(self, fn: str, *args: Any) -> Any:
         return call_rocm_smi(self._rocm_smi, AmdCallError, fn, *args)

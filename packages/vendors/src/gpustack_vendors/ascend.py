@@ -44,6 +44,7 @@ from gpustack_vendors.model import (
     ProcessRow,
 )
 from gpustack_vendors.pci import normalize_bus_id
+from gpustack_vendors.surfaces.ascend import DcmiSurface
 
 MANUFACTURER = "ascend"
 
@@ -111,7 +112,7 @@ class AscendBackend(BindingBackend):
     call_error = DcmiCallError
     binding_error = DCMIError
 
-    def __init__(self, dcmi: Any) -> None:
+    def __init__(self, dcmi: DcmiSurface) -> None:
         self._dcmi = dcmi
         self._lock = threading.Lock()
         self._devices: dict[str, _Device] = {}
@@ -120,7 +121,7 @@ class AscendBackend(BindingBackend):
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _binding(self) -> Any:
+    def _binding(self) -> DcmiSurface:
         return self._dcmi
 
     # -- detection ---------------------------------------------------------------------------

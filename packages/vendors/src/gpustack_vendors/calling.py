@@ -52,7 +52,8 @@ class BindingBackend:
     call_error: ClassVar[type[CallError]]
     binding_error: ClassVar[type[Exception]]
 
-    def _binding(self) -> Any:
+    def _binding(self) -> object:
+        """The binding, typed by the subclass as its surface (:mod:`gpustack_vendors.surfaces`)."""
         raise NotImplementedError
 
     def _failure(self) -> type[Exception]:

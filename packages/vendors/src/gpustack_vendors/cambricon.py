@@ -58,6 +58,7 @@ from gpustack_vendors.model import (
     ProcessRow,
 )
 from gpustack_vendors.pci import normalize_bus_id
+from gpustack_vendors.surfaces.cambricon import CndevSurface
 
 MANUFACTURER = "cambricon"
 KIB = 1024
@@ -92,14 +93,14 @@ class CambriconBackend(BindingBackend):
     call_error = CndevCallError
     binding_error = CNDevError
 
-    def __init__(self, cndev: Any) -> None:
+    def __init__(self, cndev: CndevSurface) -> None:
         self._cndev = cndev
         self._detected: Detected[int, object] = Detected(self.detect)
         self._call("cndevInit", 0)
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _binding(self) -> Any:
+    def _binding(self) -> CndevSurface:
         return self._cndev
 
     # -- detection ---------------------------------------------------------------------------

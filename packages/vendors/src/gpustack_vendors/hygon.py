@@ -74,6 +74,7 @@ from gpustack_vendors.rocm_common import (
     process_devices,
     quietly,
 )
+from gpustack_vendors.surfaces.hygon import HyDmiSurface, HygonRocmSmiSurface
 
 MANUFACTURER = "hygon"
 
@@ -119,7 +120,9 @@ class HygonBackend:
 
     manufacturer = MANUFACTURER
 
-    def __init__(self, rocm_smi: Any, dmi: Any | None, *, dmi_missing: str = "") -> None:
+    def __init__(
+        self, rocm_smi: HygonRocmSmiSurface, dmi: HyDmiSurface | None, *, dmi_missing: str = ""
+    ) -> None:
         self._rocm_smi = rocm_smi
         self._dmi = dmi
         self._dmi_missing = dmi_missing

@@ -56,6 +56,7 @@ from gpustack_vendors.nvml_shaped import (
     sized_or_none,
 )
 from gpustack_vendors.pci import normalize_bus_id
+from gpustack_vendors.surfaces.iluvatar import IxmlSurface
 
 MANUFACTURER = "iluvatar"
 
@@ -71,14 +72,14 @@ class IxmlCallError(NvmlShapedCallError):
     library = "IXML"
 
 
-class IluvatarBackend(NvmlShapedBackend):
+class IluvatarBackend(NvmlShapedBackend[IxmlSurface]):
     """Answers the Device Manager's questions through an IXML binding it is handed."""
 
     manufacturer = MANUFACTURER
     call_error = IxmlCallError
     binding_error = IXMLError
 
-    def __init__(self, ixml: Any) -> None:
+    def __init__(self, ixml: IxmlSurface) -> None:
         super().__init__(ixml, NvmlDialect(prefix="nvml", temperature_gpu=NVML_TEMPERATURE_GPU))
         self._v1_only: set[str] = set()
         self._call("nvmlInit_v2")

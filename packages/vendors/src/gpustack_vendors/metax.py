@@ -62,6 +62,7 @@ from gpustack_vendors.model import (
     ProcessRow,
 )
 from gpustack_vendors.pci import normalize_bus_id
+from gpustack_vendors.surfaces.metax import MxsmlSurface
 
 MANUFACTURER = "metax"
 KIB_PER_MIB = 1024
@@ -93,14 +94,14 @@ class MetaxBackend(BindingBackend):
     call_error = MxsmlCallError
     binding_error = MXSMLError
 
-    def __init__(self, mxsml: Any) -> None:
+    def __init__(self, mxsml: MxsmlSurface) -> None:
         self._mxsml = mxsml
         self._detected: Detected[int, object] = Detected(self.detect)
         self._call("mxSmlInit")
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _binding(self) -> Any:
+    def _binding(self) -> MxsmlSurface:
         return self._mxsml
 
     # -- detection ---------------------------------------------------------------------------

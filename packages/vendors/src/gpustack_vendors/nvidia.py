@@ -8,9 +8,8 @@ NVML clones share; this module states how pynvml spells it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpustack_vendors.nvml_shaped import MigDialect, NvmlMigBackend, NvmlShapedCallError
+from gpustack_vendors.surfaces.nvidia import NvmlPciInfo, NvmlProcessInfo, NvmlSurface
 
 MANUFACTURER = "nvidia"
 MIG_ENABLED = 1
@@ -22,13 +21,13 @@ class NvmlCallError(NvmlShapedCallError):
     library = "NVML"
 
 
-class NvidiaBackend(NvmlMigBackend):
+class NvidiaBackend(NvmlMigBackend[NvmlSurface]):
     """Answers the Device Manager's questions through an NVML binding it is handed."""
 
     manufacturer = MANUFACTURER
     call_error = NvmlCallError
 
-    def __init__(self, nvml: Any) -> None:
+    def __init__(self, nvml: NvmlSurface) -> None:
         super().__init__(
             nvml,
             MigDialect(
@@ -45,15 +44,14 @@ class NvidiaBackend(NvmlMigBackend):
         self._call("nvmlInit")
 
     def _failure(self) -> type[Exception]:
-        failure: type[Exception] = self._lib.NVMLError
-        return failure
+        return self._lib.NVMLError
 
 
-def _bus_id(info: Any) -> str:
+def _bus_id(info: NvmlPciInfo) -> str:
     bus_id = info.busId
     return bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
 
 
-def _process_memory(proc: Any) -> int | None:
+def _process_memory(proc: NvmlProcessInfo) -> int | None:
     """The binding (pynvml) turns NVML's not-available value into ``None``."""
     return None if proc.usedGpuMemory is None else int(proc.usedGpuMemory)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from gpustack_core.reasons import QueryReason
 from gpustack_core.units import bytes_to_mib
@@ -34,6 +34,9 @@ from gpustack_vendors.model import (
     ProcessRow,
 )
 from gpustack_vendors.pci import normalize_bus_id
+
+_B = TypeVar("_B")
+"""The binding's surface (:mod:`gpustack_vendors.surfaces`): NVML's, HGML's or IXML's."""
 
 
 class NvmlShapedCallError(CallError):
@@ -72,7 +75,7 @@ class MigDialect(NvmlDialect):
     ``None`` for a library that has no such figure."""
 
 
-class NvmlShapedBackend(BindingBackend):
+class NvmlShapedBackend(BindingBackend, Generic[_B]):
     """Card handles, whole-card samples and shutdown over an NVML-shaped binding it is handed.
 
     A subclass calls the library's own init and states its :class:`NvmlDialect`; it overrides
@@ -82,14 +85,14 @@ class NvmlShapedBackend(BindingBackend):
 
     manufacturer: str
 
-    def __init__(self, binding: Any, dialect: NvmlDialect) -> None:
+    def __init__(self, binding: _B, dialect: NvmlDialect) -> None:
         self._lib = binding
         self._dialect = dialect
         self._detected: Detected[Any, tuple[str, Any]] = Detected(self.detect)
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _binding(self) -> Any:
+    def _binding(self) -> _B:
         return self._lib
 
     def _fn(self, suffix: str) -> str:
@@ -150,7 +153,7 @@ class NvmlShapedBackend(BindingBackend):
             self._call(self._fn("Shutdown"))
 
 
-class NvmlMigBackend(NvmlShapedBackend):
+class NvmlMigBackend(NvmlShapedBackend[_B]):
     """NVML's whole surface: cards, MIG partitions on their own handles, process SM samples.
 
     A subclass overrides :meth:`_utilization` where its library reads process samples another
@@ -159,7 +162,7 @@ class NvmlMigBackend(NvmlShapedBackend):
 
     _dialect: MigDialect
 
-    def __init__(self, binding: Any, dialect: MigDialect) -> None:
+    def __init__(self, binding: _B, dialect: MigDialect) -> None:
         super().__init__(binding, dialect)
 
     # -- detection ---------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from gpustack_vendors.bindings.rocm_smi import (
     ROCMSMIError,
 )
 from gpustack_vendors.model import ProcessRow
+from gpustack_vendors.surfaces.rocm_smi import RocmSmiSurface
 
 RocmCall = Callable[..., Any]
 
@@ -36,7 +37,9 @@ class LibraryCallError(Exception):
         self.reason = errors.reason(table, code)
 
 
-def call_rocm_smi(binding: Any, error: type[LibraryCallError], fn: str, *args: Any) -> Any:
+def call_rocm_smi(
+    binding: RocmSmiSurface, error: type[LibraryCallError], fn: str, *args: Any
+) -> Any:
     """``binding.fn(*args)``; a ROCm SMI failure becomes ``error``, read by ROCm SMI's table."""
     try:
         return getattr(binding, fn)(*args)

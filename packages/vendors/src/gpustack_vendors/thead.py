@@ -31,6 +31,7 @@ from gpustack_vendors.nvml_shaped import (
     NvmlShapedCallError,
     sized_or_none,
 )
+from gpustack_vendors.surfaces.thead import HgmlSurface
 
 MANUFACTURER = "thead"
 
@@ -62,14 +63,14 @@ class HgmlCallError(NvmlShapedCallError):
         return f" ({h.status_name(code)})"
 
 
-class TheadBackend(NvmlMigBackend):
+class TheadBackend(NvmlMigBackend[HgmlSurface]):
     """Answers the Device Manager's questions through an HGML binding it is handed."""
 
     manufacturer = MANUFACTURER
     call_error = HgmlCallError
     binding_error = HGMLError
 
-    def __init__(self, hgml: Any) -> None:
+    def __init__(self, hgml: HgmlSurface) -> None:
         super().__init__(hgml, HGML)
         self._call("hgmlInit")
 

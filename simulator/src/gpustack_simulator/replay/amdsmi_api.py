@@ -376,11 +376,14 @@ def wrapper_module() -> types.ModuleType:
     return module
 
 
-def install(module: types.ModuleType) -> None:
-    """Give a module amdsmi's names other than its functions (exceptions, enums, constants)."""
+def install(module: object) -> None:
+    """Give a module (or a stand-in object) amdsmi's names other than its functions.
+
+    Those are its exceptions, enums and constants.
+    """
     for item in (*EXCEPTIONS, *ENUMS):
         setattr(module, item.__name__, item)
-    module.__dict__.update(
+    vars(module).update(
         processor_handle=processor_handle,
         MAX_NUM_PROCESSES=MAX_NUM_PROCESSES,
         AMDSMI_GPU_UUID_SIZE=AMDSMI_GPU_UUID_SIZE,

@@ -13,15 +13,22 @@ here as it would on a GPU node. Errors are rebuilt from ``err_code`` through amd
 from __future__ import annotations
 
 import ctypes
-import types
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from enum import IntEnum
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from gpustack_simulator.recording import Raises, Recording, RowFilter
 from gpustack_simulator.replay import amdsmi_api
 from gpustack_simulator.replay.codec import HandleRef, encode_ctypes
 from gpustack_simulator.replay.engine import Clock, Replayer
+from gpustack_vendors.surfaces.amd import (
+    AmdActivity,
+    AmdAsicInfo,
+    AmdDriverInfo,
+    AmdPowerInfo,
+    AmdVramUsage,
+    NotAvailable,
+)
 
 LIBRARY_ID = "amdsmi"
 
@@ -140,16 +147,78 @@ class AmdsmiCodec:
         return f"{fn}({','.join(map(str, args))})"
 
 
-def build_module(recording: Recording, *, clock: Clock | None = None) -> types.ModuleType:
-    """A module object with amdsmi's interface, answering from ``recording``."""
-    codec = AmdsmiCodec()
-    replayer = Replayer(recording, codec, clock=clock)
-    module = types.ModuleType("amdsmi", doc=f"replay of {recording.description}")
-    amdsmi_api.install(module)
-    for name in FUNCTIONS:
-        setattr(module, name, _replaying(replayer, name))
-    module.__dict__["__replayer__"] = replayer
-    return module
+class AmdsmiStandin:
+    """amdsmi's interface answering from a recording.
+
+    The calls of :class:`~gpustack_vendors.surfaces.amd.AmdSmiSurface` are typed methods here,
+    so mypy checks this stand-in against the surface the AMD backend declares; the other
+    functions of :data:`FUNCTIONS` and amdsmi's exceptions, enums and constants are attributes,
+    as on ``amdsmi`` itself. Every call checks its arguments the way amdsmi does.
+    """
+
+    AmdSmiInitFlags = amdsmi_api.AmdSmiInitFlags
+    AmdSmiTemperatureType = amdsmi_api.AmdSmiTemperatureType
+    AmdSmiTemperatureMetric = amdsmi_api.AmdSmiTemperatureMetric
+    AmdSmiLibraryException = amdsmi_api.AmdSmiLibraryException
+
+    def __init__(self, replayer: Replayer, doc: str) -> None:
+        self.__name__ = "amdsmi"
+        self.__doc__ = doc
+        self._replayer = replayer
+        amdsmi_api.install(self)
+        typed = set(dir(type(self)))
+        for name in FUNCTIONS:
+            if name not in typed:
+                setattr(self, name, _replaying(replayer, name))
+        self.__dict__["__replayer__"] = replayer
+
+    def _call(self, name: str, *args: object) -> Any:
+        return _answer(self._replayer, name, args, {})
+
+    def amdsmi_init(self, flag: int | None = None) -> None:
+        if flag is None:  # amdsmi's default flag, filled in by check_arguments
+            self._call("amdsmi_init")
+        else:
+            self._call("amdsmi_init", flag)
+
+    def amdsmi_shut_down(self) -> None:
+        self._call("amdsmi_shut_down")
+
+    def amdsmi_get_processor_handles(self) -> list[object]:
+        return cast("list[object]", self._call("amdsmi_get_processor_handles"))
+
+    def amdsmi_get_rocm_version(self) -> tuple[bool, str]:
+        return cast("tuple[bool, str]", self._call("amdsmi_get_rocm_version"))
+
+    def amdsmi_get_gpu_driver_info(self, processor_handle: object) -> AmdDriverInfo:
+        return cast("AmdDriverInfo", self._call("amdsmi_get_gpu_driver_info", processor_handle))
+
+    def amdsmi_get_gpu_device_bdf(self, processor_handle: object) -> str:
+        return cast("str", self._call("amdsmi_get_gpu_device_bdf", processor_handle))
+
+    def amdsmi_get_gpu_asic_info(self, processor_handle: object) -> AmdAsicInfo:
+        return cast("AmdAsicInfo", self._call("amdsmi_get_gpu_asic_info", processor_handle))
+
+    def amdsmi_get_gpu_vram_usage(self, processor_handle: object) -> AmdVramUsage:
+        return cast("AmdVramUsage", self._call("amdsmi_get_gpu_vram_usage", processor_handle))
+
+    def amdsmi_get_gpu_activity(self, processor_handle: object) -> AmdActivity:
+        return cast("AmdActivity", self._call("amdsmi_get_gpu_activity", processor_handle))
+
+    def amdsmi_get_temp_metric(
+        self, processor_handle: object, sensor_type: int, metric: int
+    ) -> int | NotAvailable:
+        answer = self._call("amdsmi_get_temp_metric", processor_handle, sensor_type, metric)
+        return cast("int | NotAvailable", answer)
+
+    def amdsmi_get_power_info(self, processor_handle: object) -> AmdPowerInfo:
+        return cast("AmdPowerInfo", self._call("amdsmi_get_power_info", processor_handle))
+
+
+def build_module(recording: Recording, *, clock: Clock | None = None) -> AmdsmiStandin:
+    """An object with amdsmi's interface (a module's attributes), answering from ``recording``."""
+    replayer = Replayer(recording, AmdsmiCodec(), clock=clock)
+    return AmdsmiStandin(replayer, f"replay of {recording.description}")
 
 
 def check_arguments(name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -164,11 +233,15 @@ def check_arguments(name: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
     return args
 
 
+def _answer(replayer: Replayer, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    args = check_arguments(name, args)
+    value = replayer.invoke(name, args, kwargs)
+    return tuple(value) if name in _TUPLES and isinstance(value, list) else value
+
+
 def _replaying(replayer: Replayer, name: str) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
-        args = check_arguments(name, args)
-        value = replayer.invoke(name, args, kwargs)
-        return tuple(value) if name in _TUPLES and isinstance(value, list) else value
+        return _answer(replayer, name, args, kwargs)
 
     call.__name__ = call.__qualname__ = name
     return call

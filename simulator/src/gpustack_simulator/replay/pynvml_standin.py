@@ -3,7 +3,8 @@
 It carries the real module's constants, struct classes and exception classes, so a backend
 sees exactly the types the real binding returns: ``c_nvmlMemory_t`` structs, friendly objects
 for process lists, ``c_nvmlDevice_t`` handles, and ``NVMLError`` subclasses built from codes.
-Only the ``nvml*`` functions are replaced.
+Only the ``nvml*`` functions are replaced; those the NVIDIA backend calls are typed methods of
+:class:`PynvmlStandin`, checked by mypy against the backend's surface.
 """
 
 from __future__ import annotations
@@ -11,13 +12,20 @@ from __future__ import annotations
 import ctypes
 import types
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pynvml
 
 from gpustack_simulator.recording import Raises, Recording, RowFilter
 from gpustack_simulator.replay.codec import HandleRef, encode_ctypes, fill_struct
 from gpustack_simulator.replay.engine import Clock, Replayer
+from gpustack_vendors.surfaces.nvidia import (
+    NvmlMemory,
+    NvmlPciInfo,
+    NvmlProcessInfo,
+    NvmlProcessUtilizationSample,
+    NvmlUtilization,
+)
 
 LIBRARY_ID = "pynvml"
 
@@ -97,21 +105,109 @@ class PynvmlCodec:
         return f"{fn}({','.join(map(str, args))})"
 
 
-def build_module(recording: Recording, *, clock: Clock | None = None) -> types.ModuleType:
-    """A module object with pynvml's interface, answering from ``recording``."""
-    codec = PynvmlCodec()
-    replayer = Replayer(recording, codec, clock=clock)
-    module = types.ModuleType("pynvml", doc=f"replay of {recording.description}")
-    for name in dir(pynvml):
-        if name.startswith("__"):
-            continue
-        value = getattr(pynvml, name)
-        if name.startswith("nvml") and callable(value) and not isinstance(value, type):
-            setattr(module, name, _replaying(replayer, name))
-        else:
-            setattr(module, name, value)
-    module.__dict__["__replayer__"] = replayer
-    return module
+class PynvmlStandin:
+    """pynvml's interface answering from a recording.
+
+    The calls of :class:`~gpustack_vendors.surfaces.nvidia.NvmlSurface` are typed methods here,
+    so mypy checks this stand-in against the surface the NVIDIA backend declares; every other
+    ``nvml*`` function and every constant, struct and exception class of the real module is an
+    attribute, as on ``pynvml`` itself. The answers are the binding's own values.
+    """
+
+    NVML_TEMPERATURE_GPU: int = pynvml.NVML_TEMPERATURE_GPU
+    NVML_ERROR_NOT_FOUND: int = pynvml.NVML_ERROR_NOT_FOUND
+    NVMLError: type[Exception] = pynvml.NVMLError
+
+    def __init__(self, replayer: Replayer, doc: str) -> None:
+        self.__name__ = "pynvml"
+        self.__doc__ = doc
+        self._replayer = replayer
+        self.__dict__["__replayer__"] = replayer
+        typed = set(dir(type(self)))
+        for name in dir(pynvml):
+            if name.startswith("__") or name in typed:
+                continue
+            value = getattr(pynvml, name)
+            if name.startswith("nvml") and callable(value) and not isinstance(value, type):
+                setattr(self, name, _replaying(replayer, name))
+            else:
+                setattr(self, name, value)
+
+    def _call(self, name: str, *args: object) -> Any:
+        return self._replayer.invoke(name, args, {})
+
+    def nvmlInit(self) -> None:
+        self._call("nvmlInit")
+
+    def nvmlShutdown(self) -> None:
+        self._call("nvmlShutdown")
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return cast("str", self._call("nvmlSystemGetDriverVersion"))
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return cast("int", self._call("nvmlSystemGetCudaDriverVersion"))
+
+    def nvmlDeviceGetCount(self) -> int:
+        return cast("int", self._call("nvmlDeviceGetCount"))
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> object:
+        return cast("object", self._call("nvmlDeviceGetHandleByIndex", index))
+
+    def nvmlDeviceGetUUID(self, handle: object) -> str:
+        return cast("str", self._call("nvmlDeviceGetUUID", handle))
+
+    def nvmlDeviceGetName(self, handle: object) -> str:
+        return cast("str", self._call("nvmlDeviceGetName", handle))
+
+    def nvmlDeviceGetMemoryInfo(self, handle: object) -> NvmlMemory:
+        return cast("NvmlMemory", self._call("nvmlDeviceGetMemoryInfo", handle))
+
+    def nvmlDeviceGetNumGpuCores(self, device: object) -> int:
+        return cast("int", self._call("nvmlDeviceGetNumGpuCores", device))
+
+    def nvmlDeviceGetPciInfo(self, handle: object) -> NvmlPciInfo:
+        return cast("NvmlPciInfo", self._call("nvmlDeviceGetPciInfo", handle))
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: object) -> tuple[int, int]:
+        return cast("tuple[int, int]", self._call("nvmlDeviceGetCudaComputeCapability", handle))
+
+    def nvmlDeviceGetMigMode(self, device: object) -> Sequence[int]:
+        return cast("Sequence[int]", self._call("nvmlDeviceGetMigMode", device))
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: object) -> int:
+        return cast("int", self._call("nvmlDeviceGetMaxMigDeviceCount", device))
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: object, index: int) -> object:
+        return cast("object", self._call("nvmlDeviceGetMigDeviceHandleByIndex", device, index))
+
+    def nvmlDeviceGetUtilizationRates(self, handle: object) -> NvmlUtilization:
+        return cast("NvmlUtilization", self._call("nvmlDeviceGetUtilizationRates", handle))
+
+    def nvmlDeviceGetTemperature(self, handle: object, sensor: int) -> int:
+        return cast("int", self._call("nvmlDeviceGetTemperature", handle, sensor))
+
+    def nvmlDeviceGetPowerUsage(self, handle: object) -> int:
+        return cast("int", self._call("nvmlDeviceGetPowerUsage", handle))
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> Sequence[NvmlProcessInfo]:
+        return cast(
+            "Sequence[NvmlProcessInfo]", self._call("nvmlDeviceGetComputeRunningProcesses", handle)
+        )
+
+    def nvmlDeviceGetProcessUtilization(
+        self, handle: object, timeStamp: int
+    ) -> Sequence[NvmlProcessUtilizationSample]:
+        return cast(
+            "Sequence[NvmlProcessUtilizationSample]",
+            self._call("nvmlDeviceGetProcessUtilization", handle, timeStamp),
+        )
+
+
+def build_module(recording: Recording, *, clock: Clock | None = None) -> PynvmlStandin:
+    """An object with pynvml's interface (a module's attributes), answering from ``recording``."""
+    replayer = Replayer(recording, PynvmlCodec(), clock=clock)
+    return PynvmlStandin(replayer, f"replay of {recording.description}")
 
 
 def _replaying(replayer: Replayer, name: str) -> Any:
