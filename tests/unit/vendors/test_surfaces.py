@@ -9,7 +9,8 @@ that lacks a call the backend's surface declares, or takes other parameters, fai
 - every call a surface declares is one the stand-in records and replays (its ``FUNCTIONS``), so
   the recorder's proxy and the recording validator know it;
 - every call the backend makes through a committed recording is one its surface declares
-  (the surface is the backend's calls, not a guess at them).
+  (the surface is the backend's calls, not a guess at them);
+- the synthesizer's NVML and AMD SMI answer every call of their surface.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ from gpustack_simulator.replay import (
     pynvml_standin,
     rocm_smi_standin,
 )
+from gpustack_simulator.synth import amdsmi as synth_amdsmi
+from gpustack_simulator.synth import nvml as synth_nvml
+from gpustack_simulator.synth.amd_nodes import NODES as AMD_NODES
+from gpustack_simulator.synth.nvidia_nodes import NODES as NVML_NODES
 from gpustack_simulator.synth.timeline import VirtualClock
 from gpustack_vendors.amd import AmdBackend
 from gpustack_vendors.ascend import AscendBackend
@@ -188,8 +193,11 @@ def members(surface: type) -> list[Member]:
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
-def mismatches(surface: type, standin: object) -> list[str]:
-    """How ``standin`` falls short of ``surface``: a missing member or a call it cannot take."""
+def mismatches(surface: type, standin: object, *, names: bool = True) -> list[str]:
+    """How ``standin`` falls short of ``surface``: a missing member or a call it cannot take.
+
+    ``names``: also hold each positional parameter to the surface's name for it.
+    """
     problems: list[str] = []
     for member in members(surface):
         if not hasattr(standin, member.name):
@@ -205,11 +213,14 @@ def mismatches(surface: type, standin: object) -> list[str]:
             theirs = inspect.signature(value)
         except (TypeError, ValueError):  # a builtin without a signature: only callability
             continue
-        problems.extend(f"{member.name}: {p}" for p in _call_mismatches(member.call, theirs))
+        found = _call_mismatches(member.call, theirs, names=names)
+        problems.extend(f"{member.name}: {p}" for p in found)
     return problems
 
 
-def _call_mismatches(ours: inspect.Signature, theirs: inspect.Signature) -> Iterator[str]:
+def _call_mismatches(
+    ours: inspect.Signature, theirs: inspect.Signature, *, names: bool
+) -> Iterator[str]:
     """Whether every call the surface allows (positionally, as backends call) is accepted."""
     kinds = {p.kind for p in theirs.parameters.values()}
     variadic = inspect.Parameter.VAR_POSITIONAL in kinds
@@ -222,7 +233,7 @@ def _call_mismatches(ours: inspect.Signature, theirs: inspect.Signature) -> Iter
     if len(required) > least:
         yield f"requires {len(required)} arguments, the surface may pass only {least}"
     for mine, its in zip(wanted, given, strict=False):
-        if mine.name != its.name:
+        if names and mine.name != its.name:
             yield f"argument {its.name!r} where the surface names {mine.name!r}"
 
 
@@ -256,6 +267,27 @@ def test_the_replay_standin_has_every_call_of_the_surface(seam: Seam, path: Path
 def test_every_call_of_the_surface_is_recorded_and_replayed(seam: Seam) -> None:
     calls = {m.name for m in members(seam.surface) if m.call is not None}
     assert sorted(calls - set(seam.replayed)) == []
+
+
+def calls(surface: type) -> list[str]:
+    return [m.name for m in members(surface) if m.call is not None]
+
+
+def test_the_synthetic_bindings_answer_every_call_of_the_surface() -> None:
+    """The synthesizer's NVML and AMD SMI (what ``synth.write`` records through) are fakes too.
+
+    Each call must be synthesized, not left to the real package (NVML) or to a stub that
+    raises (AMD SMI). Their parameter names are their own: backends call positionally.
+    """
+    for nvml_spec in NVML_NODES:
+        nvml = synth_nvml.build(nvml_spec.node, VirtualClock())
+        assert mismatches(NvmlSurface, nvml, names=False) == []
+        assert [n for n in calls(NvmlSurface) if getattr(nvml, n) is getattr(pynvml, n)] == []
+    for amd_spec in AMD_NODES:
+        amdsmi = synth_amdsmi.build(amd_spec.node, VirtualClock())
+        assert mismatches(AmdSmiSurface, amdsmi, names=False) == []
+        answers = synth_amdsmi._Functions(amd_spec.node, VirtualClock())
+        assert [n for n in calls(AmdSmiSurface) if not callable(getattr(answers, n, None))] == []
 
 
 class _Traced:
