@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import trio
 
+from gpustack_core import contract
 from gpustack_kube.client import KubeClient, NotFound
 from gpustack_kube.config import load_config
 from gpustack_simulator.testing import cluster_standin
@@ -228,10 +229,40 @@ async def test_an_impossible_request_is_reported_not_retried_forever(harness: Ha
         await harness.client.get(f"{PODS}/bad")
 
 
+async def _hand_over(harness: Harness, namespace: str) -> list[str]:
+    """Give the scenario's Instances of ``namespace`` to the controller (drop managed-by)."""
+    listed = await harness.client.get(
+        f"/apis/worker.gpustack.ai/v1alpha1/namespaces/{namespace}/instances"
+    )
+    names = [i["metadata"]["name"] for i in listed["items"]]
+    for name in names:
+        await harness.client.patch(
+            f"/apis/worker.gpustack.ai/v1alpha1/namespaces/{namespace}/instances/{name}",
+            {"metadata": {"labels": {contract.INSTANCE_MANAGED_BY_LABEL: None}}},
+        )
+    return names
+
+
+async def test_instances_another_manager_owns_are_left_alone(harness: Harness) -> None:
+    """The scenario's Instances name their manager: no Pod, Service or status is written."""
+    await harness.eventually(lambda: _quiet(harness), "the controller settling")
+    scenario = await harness.client.get(
+        "/apis/worker.gpustack.ai/v1alpha1/namespaces/team-a/instances"
+    )
+    assert scenario["items"], "the scenario has Instances in team-a"
+    for item in scenario["items"]:
+        assert item["metadata"]["labels"][contract.INSTANCE_MANAGED_BY_LABEL] != (
+            contract.INSTANCE_CONTROLLER
+        )
+    touched = [w for w in harness.controller.writes if "team-a/" in w[1]]
+    assert touched == []
+
+
 async def test_existing_pods_are_adopted_not_recreated(harness: Harness) -> None:
-    """The scenario's Instance Pods predate the controller: it must leave them running."""
+    """Instance Pods that predate the controller: handed to it, it leaves them running."""
     pods = await harness.client.get("/api/v1/namespaces/team-a/pods")
     before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods["items"]}
+    assert await _hand_over(harness, "team-a")
     await harness.eventually(lambda: _quiet(harness), "the controller settling")
     pods = await harness.client.get("/api/v1/namespaces/team-a/pods")
     after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods["items"]}

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -40,6 +41,7 @@ from gpustack_kube.certs import self_signed
 from gpustack_simulator.fleet_host import FleetSpec, Member
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.scenario import (
+    APPLY_KINDS,
     RECORDINGS_DIR,
     DeviceManagerSpec,
     Expanded,
@@ -342,6 +344,40 @@ def register_pod_webhooks(
                 )
 
 
+def collection_path(obj: dict[str, Any]) -> str:
+    """Where ``obj`` (a scenario's ``apply`` object, already validated) is created."""
+    version, plural, namespaced = APPLY_KINDS[obj["kind"]]
+    prefix = "/api/v1" if version == "v1" else f"/apis/{version}"
+    if namespaced:
+        return f"{prefix}/namespaces/{quote(obj['metadata']['namespace'], safe='')}/{plural}"
+    return f"{prefix}/{plural}"
+
+
+def apply_objects(
+    cluster_url: str, cluster_ca: Path, token: str, objects: Sequence[dict[str, Any]]
+) -> None:
+    """Create the scenario's ``apply`` objects through the API, in order, as a user would.
+
+    Each goes through what a ``kubectl create`` meets: authentication, the admission webhooks,
+    the CRD schema. A refusal stops ``up`` with the server's message.
+    """
+    with httpx.Client(
+        verify=str(cluster_ca),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=15,
+        trust_env=False,
+    ) as client:
+        for obj in objects:
+            response = client.post(cluster_url + collection_path(obj), json=obj)
+            if response.status_code not in (200, 201):
+                meta = obj["metadata"]
+                where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+                raise UpError(
+                    f"applying {obj['kind']} {where}{meta['name']} answered "
+                    f"{response.status_code}: {response.text[:300]}"
+                )
+
+
 def _ok(url: str, *, verify: Any = False, headers: dict[str, str] | None = None) -> bool:
     response = httpx.get(url, verify=verify, headers=headers, timeout=2, trust_env=False)
     return response.status_code == 200
@@ -620,10 +656,8 @@ def _start_worker(
             str(tls),
             "--device-manager-monitor-period",
             monitor_period,
-            # The scenarios' Instances name InstanceTypes the stand-in does not hold and
-            # their Pods are the scenario's own: a controller would stop them. It is
-            # exercised against the stand-in by tests/integration/test_instance_controller.
-            "--no-instance-controller",
+            # The Instance controller is on (the CLI's default): it renders the Instances a
+            # scenario applies and leaves the scenario's own (worker.gpustack.ai/managed-by).
         ),
         logs,
     )
@@ -637,7 +671,7 @@ def _open_to_users(
     worker_url: str,
     deadline: float,
 ) -> None:
-    """Once the worker serves: wait for the aggregator to reach it, then register gate 1."""
+    """Once the worker serves: the aggregator reaches it, gate 1 registered, the objects applied."""
     token = next(u.token for u in expanded.users if u.name == "admin")
     cluster_ca = state_dir / "cluster" / "pki" / "ca.crt"
     _wait(
@@ -657,6 +691,7 @@ def _open_to_users(
         worker_url,
         (state_dir / "worker-tls" / "ca.crt").read_bytes(),
     )
+    apply_objects(cluster_url, cluster_ca, token, expanded.applied)
 
 
 def _fresh_state(state_dir: Path) -> Path:

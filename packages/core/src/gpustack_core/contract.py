@@ -14,6 +14,12 @@ ALLOCATION_ANNOTATION: Final = "device.gpustack.ai/accelerator.allocated"
 
 PART_OF_LABEL: Final = "app.kubernetes.io/part-of"
 """Set by the Instance controller to the Instance's UID on the Pod it renders."""
+INSTANCE_MANAGED_BY_LABEL: Final = "worker.gpustack.ai/managed-by"
+"""On an Instance: the controller that reconciles it. Absent or :data:`INSTANCE_CONTROLLER`, the
+worker's Instance controller does; any other value hands the Instance to that manager (the
+pattern of a Job's ``spec.managedBy``) and the worker neither renders nor writes it — the
+simulator's scenarios mark their pre-rendered Instances so."""
+INSTANCE_CONTROLLER: Final = "worker.gpustack.ai/instance-controller"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 DEVICE_MANAGER_COMPONENT: Final = "device-manager"
 """``app.kubernetes.io/component`` of the Device Manager Pods."""

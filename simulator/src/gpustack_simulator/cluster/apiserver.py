@@ -665,6 +665,7 @@ class ApiServer:
     def _collect_once(self) -> bool:
         everything = self._all()
         uids = {o["metadata"].get("uid") for _, o in everything}
+        served = {r.kind for r in self.registry.resources.values()}
         changed = False
         for resource, obj in everything:
             meta = obj["metadata"]
@@ -700,6 +701,9 @@ class ApiServer:
                 owners
                 and not meta.get("deletionTimestamp")
                 and not any(r.get("uid") in uids for r in owners)
+                # As the real collector: an owner of a kind this server does not serve (a
+                # scenario Pod's DaemonSet) cannot be looked up, so it is never judged absent.
+                and all(r.get("kind") in served for r in owners)
             ):
                 self.delete(
                     resource,

@@ -119,6 +119,13 @@ class NodeSimulator:
         self.state = state
         self.managed: set[str] = set()
         """UIDs of Pods this simulator runs (created through the API, not by the scenario)."""
+        self.scripted: set[str] = {
+            p["metadata"]["uid"]
+            for p in state.store.list(POD)
+            if p["metadata"].get("deletionTimestamp")
+        }
+        """Scenario Pods already terminating when the stand-in started: the scenario holds
+        them in that state (a Pod seen mid-termination), so no pass finishes them."""
 
     # -- Pods ------------------------------------------------------------------------------
 
@@ -133,7 +140,7 @@ class NodeSimulator:
         for pod in store.list(POD):
             meta = pod["metadata"]
             if meta.get("deletionTimestamp"):
-                if not meta.get("finalizers"):
+                if not meta.get("finalizers") and meta["uid"] not in self.scripted:
                     self._terminate(api, pod)
                 continue
             if not pod["spec"].get("nodeName"):

@@ -39,6 +39,7 @@ from gpustack_simulator.scenario.rbac import (
 )
 from gpustack_simulator.scenario.schema import (
     APP_START,
+    APPLY_KINDS,
     COMPONENT_LABEL,
     DEFAULT_EPOCH,
     DEVICE_MANAGER_PORT,
@@ -84,6 +85,7 @@ from gpustack_simulator.scenario.validation import (
 )
 
 __all__ = [
+    "APPLY_KINDS",
     "APP_START",
     "COMPONENT_LABEL",
     "DEFAULT_EPOCH",

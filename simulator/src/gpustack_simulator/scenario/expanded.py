@@ -35,6 +35,8 @@ class Expanded:
     users: list[UserSpec]
     faults: list[Fault]
     rules: dict[str, tuple[Rule, ...]]
+    applied: list[dict[str, Any]] = field(default_factory=list)
+    """The scenario's ``apply`` objects, in order: created through the API by ``simulator up``."""
     _runtimes: dict[tuple[str, str], _Runtime] = field(default_factory=dict, repr=False)
     _procs: dict[str, dict[str, ProcEntry]] = field(default_factory=dict, repr=False)
     _storage_capacity: dict[str, int] = field(default_factory=dict, repr=False)

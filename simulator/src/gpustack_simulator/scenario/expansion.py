@@ -8,6 +8,7 @@ entry that measures it all come from one declaration. Checks that need the recor
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from typing import Any
 import msgspec
 
 from gpustack_core.allocation import ANNOTATION
+from gpustack_core.contract import INSTANCE_MANAGED_BY_LABEL
 from gpustack_core.decoding import ContractError
 from gpustack_core.instance import resources_from_limits
 from gpustack_core.modes import AllocationMode, Manufacturer
@@ -70,6 +72,10 @@ from gpustack_simulator.scenario.validation import (
     _uid,
 )
 
+SCENARIO_MANAGER = "simulator.gpustack.ai/scenario"
+"""``worker.gpustack.ai/managed-by`` of a scenario's own Instances: their Pods are the
+scenario's, so the worker's Instance controller leaves them be."""
+
 
 def expand(scenario: Scenario, *, base: Path) -> Expanded:
     """Turn a checked scenario into the objects and behaviour the stand-ins serve.
@@ -121,6 +127,7 @@ class _Expander:
             users=users,
             faults=[Fault(f.kind, f.node, f.start, f.end) for f in self.doc.faults],
             rules=rules,
+            applied=[copy.deepcopy(obj) for obj in self.doc.apply],
         )
         expanded._runtimes = {
             (r.namespace, r.name): r for r in (self._runtime(plan) for plan in self.plans) if r
@@ -393,7 +400,9 @@ class _Expander:
                 "uid": _instance_uid(instance),
                 "generation": 1,
                 "creationTimestamp": _stamp(self.doc.epoch, instance.created),
-                "labels": dict(instance.labels),
+                # The scenario renders this Instance's Pod and status itself; the worker's
+                # controller leaves it to the scenario (Instances a scenario `apply`s it owns).
+                "labels": {INSTANCE_MANAGED_BY_LABEL: SCENARIO_MANAGER, **instance.labels},
             },
             "spec": spec,
             "status": status,

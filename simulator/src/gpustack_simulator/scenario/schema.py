@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -216,6 +216,20 @@ class ScenarioDocument(_Authored, frozen=True, kw_only=True):
     pods: tuple[PodDoc, ...] = ()
     users: tuple[UserDoc, ...] = ()
     faults: tuple[FaultDoc, ...] = ()
+    apply: tuple[dict[str, Any], ...] = ()
+    """Kubernetes objects ``simulator up`` creates through the API once everything answers,
+    in order, as a user's ``kubectl create`` would: through the admission webhooks, to the
+    Instance controller and the device plugins. Kinds: :data:`APPLY_KINDS`."""
+
+
+APPLY_KINDS: dict[str, tuple[str, str, bool]] = {
+    "InstanceType": ("worker.gpustack.ai/v1alpha1", "instancetypes", False),
+    "Instance": ("worker.gpustack.ai/v1alpha1", "instances", True),
+    "Pod": ("v1", "pods", True),
+    "ConfigMap": ("v1", "configmaps", True),
+    "Secret": ("v1", "secrets", True),
+}
+"""What a scenario may ``apply``: kind → (apiVersion, plural, namespaced)."""
 
 
 @dataclass(frozen=True)

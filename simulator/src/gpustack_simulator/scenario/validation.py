@@ -15,10 +15,12 @@ from dataclasses import dataclass
 import msgspec
 
 from gpustack_core.modes import AllocationMode, Manufacturer
+from gpustack_core.names import dns1123_subdomain_problem
 from gpustack_core.quantity import QuantityError, parse_quantity
 from gpustack_simulator.scenario.schema import (
     _UUID_NAMESPACE,
     APP_START,
+    APPLY_KINDS,
     MAX_FIGURE,
     MAX_OFFSET,
     ContainerDoc,
@@ -140,7 +142,29 @@ def check(doc: ScenarioDocument) -> list[str]:
     _check_uids(doc, plans, problems)
     _check_faults(doc, nodes, problems)
     _check_users(doc, problems)
+    _check_apply(doc, problems)
     return problems
+
+
+def _check_apply(doc: ScenarioDocument, problems: list[str]) -> None:
+    """Each applied object: a kind ``apply`` knows, at its apiVersion, named as Kubernetes names."""
+    for index, obj in enumerate(doc.apply):
+        path = f"$.apply[{index}]"
+        kind = obj.get("kind")
+        if kind not in APPLY_KINDS:
+            problems.append(f"{path}.kind: {kind!r} is not one of {', '.join(APPLY_KINDS)}")
+            continue
+        version, _, namespaced = APPLY_KINDS[kind]
+        if obj.get("apiVersion") != version:
+            problems.append(f"{path}.apiVersion: a {kind} is applied as {version}")
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+            problems.append(f"{path}.metadata.name: must be a string")
+            continue
+        if (problem := dns1123_subdomain_problem(meta["name"])) is not None:
+            problems.append(f"{path}.metadata.name: {problem}")
+        if namespaced and not isinstance(meta.get("namespace"), str):
+            problems.append(f"{path}.metadata.namespace: a {kind} needs its namespace")
 
 
 def _check_nodes(doc: ScenarioDocument, problems: list[str]) -> set[str]:

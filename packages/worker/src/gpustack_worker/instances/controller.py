@@ -150,6 +150,17 @@ def _status_patch(status: InstanceStatus) -> dict[str, Any]:
     return {"status": body}
 
 
+def managed_here(instance: Instance) -> bool:
+    """Whether this controller reconciles ``instance`` (``worker.gpustack.ai/managed-by``).
+
+    Absent, empty or naming this controller: yes. Any other manager: the worker renders no Pod,
+    writes no status and collects nothing of it, as a Job controller does for a Job whose
+    ``spec.managedBy`` names someone else.
+    """
+    manager = instance.metadata.labels.get(contract.INSTANCE_MANAGED_BY_LABEL, "")
+    return manager in ("", contract.INSTANCE_CONTROLLER)
+
+
 class InstanceController:
     """Reconciles Instances; run :meth:`run` in the worker's nursery."""
 
@@ -352,6 +363,8 @@ class InstanceController:
 
     async def _reconcile_instance(self, instance: Instance) -> float | None:
         meta = instance.metadata
+        if not managed_here(instance):
+            return None  # another manager's (a scenario's pre-rendered Instance): hands off
         pod = self.pods.get(meta.namespace, meta.name)
         service = self.services.get(meta.namespace, meta.name)
         if meta.deletion_timestamp:
