@@ -12,12 +12,16 @@ for the side-by-side.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+
+import httpx
 
 from gpustack_simulator.fleet import generate, to_yaml
 from gpustack_simulator.up import UpError, down, up
@@ -25,6 +29,10 @@ from gpustack_simulator.up import UpError, down, up
 CLIENT = Path(__file__).with_name("load_client.py")
 PERIOD = "15s"
 LISTENING = re.compile(r"(\d+) Device Managers listening ([\d.]+) s after start")
+CENSUS_FROM = 300
+"""From this many nodes on, a census counts the settled members while ``up`` waits."""
+CENSUS_SECONDS = 120.0
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mib(pid: int) -> float:
@@ -43,6 +51,92 @@ def _footprint(state: Path) -> dict[str, float]:
         roles[role] += _rss_mib(int(entry["pid"]))
     roles["processes"] = len(processes)
     return roles
+
+
+def _cpu_seconds(state: Path) -> dict[str, float]:
+    """CPU seconds so far of each process started for ``state`` (found by its command line)."""
+    found: dict[str, float] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            if str(state) not in command:
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        role = (
+            "device-managers"
+            if "fleet_host" in command
+            else "worker"
+            if " worker " in command
+            else "cluster"
+        )
+        found[role] = found.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / TICKS
+    return found
+
+
+class Census:
+    """While ``up`` waits: every ``CENSUS_SECONDS``, how many members serve a settled sample,
+    and how busy each process was (share of one core) since the previous count."""
+
+    def __init__(self, state: Path, timeout: float) -> None:
+        self.state, self.timeout = state, timeout
+        self.done = threading.Event()
+        self.lines: list[str] = []
+        self.last: tuple[float, int, int] = (0.0, 0, 0)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Census:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _count(self, client: httpx.Client) -> tuple[int, int]:
+        spec = self.state / "fleet.json"
+        if not spec.exists():
+            return 0, 0
+        members = json.loads(spec.read_text())["members"]
+        settled = 0
+        for member in members:
+            if self.done.is_set():
+                break
+            url = f"https://{member['address']}:{member['port']}/monitor/snapshot"
+            try:
+                response = client.get(url)
+                settled += response.status_code == 200 and "slices" in response.json()
+            except (httpx.HTTPError, OSError, ValueError):
+                pass
+        return settled, len(members)
+
+    def _run(self) -> None:
+        start = time.perf_counter()
+        before, at = _cpu_seconds(self.state), start
+        # The last count just before up's own deadline, so a failed run still says how far it got.
+        moments = list(range(int(CENSUS_SECONDS), int(self.timeout), int(CENSUS_SECONDS)))
+        moments.append(int(self.timeout) - 25)
+        with httpx.Client(verify=False, timeout=3, trust_env=False) as client:
+            for moment in sorted(set(moments)):
+                if self.done.wait(max(0.0, start + moment - time.perf_counter())):
+                    return
+                settled, total = self._count(client)
+                now, cpu = time.perf_counter(), _cpu_seconds(self.state)
+                busy = ", ".join(
+                    f"{role} {(cpu[role] - before.get(role, 0.0)) / (now - at):.0%}"
+                    for role in sorted(cpu)
+                )
+                load = Path("/proc/loadavg").read_text().split()[:3]
+                self.last = (now - start, settled, total)
+                self.lines.append(
+                    f"  census at {now - start:5.0f} s: {settled}/{total} settled; "
+                    f"CPU (of one core) {busy}; load {' '.join(load)}"
+                )
+                print(self.lines[-1], flush=True)
+                before, at = cpu, now
 
 
 def _load(state: Path, seconds: float) -> dict[str, float]:
@@ -80,13 +174,22 @@ def _one(
         scenario.write_text(to_yaml(generate(nodes=nodes, instances=nodes * 10)))
     state = folder / f"state-{nodes}-{'fleet' if fleet else 'processes'}"
     start = time.perf_counter()
+    timeout = max(300, nodes * 0.6)
+    census = Census(state, timeout) if fleet and nodes >= CENSUS_FROM else None
     try:
-        up(str(scenario), state, monitor_period=period, fleet=fleet, timeout=max(300, nodes * 0.6))
+        if census is None:
+            up(str(scenario), state, monitor_period=period, fleet=fleet, timeout=timeout)
+        else:
+            with census:
+                up(str(scenario), state, monitor_period=period, fleet=fleet, timeout=timeout)
     except UpError as exc:
         down(state)
         first = str(exc).splitlines()[0]
         label = f"{nodes} nodes, {'fleet' if fleet else 'processes'}"
         print(f"{label:<52} failed: {first}")
+        if census is not None and census.last[2]:
+            print(f"  {census.last[1]} of {census.last[2]} settled {census.last[0]:.0f} s in")
+            return {"failed": 1.0, "settled": float(census.last[1])}
         return {"failed": 1.0}
     figures = {"up_s": time.perf_counter() - start}
     try:

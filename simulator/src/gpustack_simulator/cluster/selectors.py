@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 Predicate = Callable[[Mapping[str, Any]], bool]
@@ -110,6 +111,71 @@ def field_selector(text: str) -> Predicate:
 
 def _field_check(getter: Callable[[Mapping[str, Any]], str], value: str, equal: bool) -> Predicate:
     return lambda obj: (getter(obj) == value) == equal
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """What a request's selectors require exactly, as far as the store's indexes answer it.
+
+    Each field is a necessary condition of the selectors it was read from, so an index bucket
+    for it holds a superset of the answer, in list order; the caller still applies the
+    selectors themselves (``Store.candidates``).
+    """
+
+    node_name: str | None = None
+    """``spec.nodeName=<value>`` (the empty value selects objects with no node)."""
+    name: str | None = None
+    """``metadata.name=<value>``."""
+    namespace: str | None = None
+    """``metadata.namespace=<value>``."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """``key=value`` label requirements."""
+    label_keys: tuple[str, ...] = ()
+    """Label keys that must be present (``key``, ``key in (…)``)."""
+
+
+NOTHING = Narrowing()
+"""No requirement an index can use: the whole list (of the namespace)."""
+
+_NARROWING_FIELDS = {"spec.nodeName": "node_name", "metadata.name": "name"}
+
+
+def narrowing(labels: str, fields: str) -> Narrowing:
+    """The index-usable part of a ``labelSelector`` and ``fieldSelector`` (parsed as above).
+
+    Call it after :func:`label_selector` and :func:`field_selector` accepted the same text: it
+    reads only the equality terms and ignores what it does not use.
+    """
+    found: dict[str, str] = {}
+    pairs: list[tuple[str, str]] = []
+    keys: list[str] = []
+    for term in _split(fields):
+        match = _EQUALITY.match(term)
+        if match is None or match[2] == "!=":
+            continue
+        field, _, value = match.groups()
+        if field == "metadata.namespace":
+            found.setdefault("namespace", value)
+        elif field in _NARROWING_FIELDS:
+            found.setdefault(_NARROWING_FIELDS[field], value)
+    for term in _split(labels):
+        if match := _SET_OP.match(term):
+            if match[2] == "in":
+                keys.append(match[1])
+        elif match := _EQUALITY.match(term):
+            if match[2] != "!=":
+                pairs.append((match[1], match[3]))
+        elif (match := _EXISTS.match(term)) and not match[1]:
+            keys.append(match[2])
+    if not (found or pairs or keys):
+        return NOTHING
+    return Narrowing(
+        node_name=found.get("node_name"),
+        name=found.get("name"),
+        namespace=found.get("namespace"),
+        labels=tuple(pairs),
+        label_keys=tuple(keys),
+    )
 
 
 def match_label_selector(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

@@ -3,20 +3,32 @@
 Every change gets the next resourceVersion and is kept in a bounded history, so a watch can
 resume from the version a list returned; asking for one older than the history answers 410 Gone
 ("too old resource version"), exactly the case informers must handle by relisting.
+
+Lists are served from indexes kept on every write, never by scanning or sorting every object:
+each kind keeps its objects in list order (namespace, then name), and so does every bucket of
+its indexes (by namespace, by ``spec.nodeName``, by label key and by label ``key=value``). A
+bucket is therefore always a subsequence of the kind's list, in the same order, so a list
+narrowed through an index returns exactly what the scan returned, at the cost of the bucket.
 """
 
 from __future__ import annotations
 
 import copy
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from bisect import bisect_left
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import trio
 
+from gpustack_simulator.cluster.selectors import NOTHING, Narrowing
+
 HISTORY = 1000
 """Events kept for watch resumption."""
+MEMOS_PER_KIND = 4096
+"""Answers kept per kind between two of its changes (``Store.memo``); the oldest goes first."""
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -36,81 +48,270 @@ class TooOld(Exception):  # noqa: N818 — the API server's own name for the con
 Key = tuple[str, str, str]
 """(kind, namespace, name); cluster-scoped objects have namespace ``""``."""
 
+Name = tuple[str, str]
+"""(namespace, name) within one kind: the list order."""
+
+
+class _Bucket:
+    """Objects in list order ((namespace, name)), as two parallel lists."""
+
+    __slots__ = ("names", "objects")
+
+    def __init__(self) -> None:
+        self.names: list[Name] = []
+        self.objects: list[dict[str, Any]] = []
+
+    def set(self, name: Name, obj: dict[str, Any]) -> None:
+        at = bisect_left(self.names, name)
+        if at < len(self.names) and self.names[at] == name:
+            self.objects[at] = obj
+        else:
+            self.names.insert(at, name)
+            self.objects.insert(at, obj)
+
+    def remove(self, name: Name) -> None:
+        at = bisect_left(self.names, name)
+        if at < len(self.names) and self.names[at] == name:
+            del self.names[at]
+            del self.objects[at]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def in_namespace(self, namespace: str | None) -> list[dict[str, Any]]:
+        """A copy of the bucket, restricted to one namespace (``None``: all of it)."""
+        if namespace is None:
+            return list(self.objects)
+        return [o for n, o in zip(self.names, self.objects, strict=True) if n[0] == namespace]
+
+
+# The bucket an object belongs to, per index: ("ns", namespace), ("name", name),
+# ("node", nodeName),
+# ("label", key), ("label=", key, value). "node" and the label ones are left out for an object
+# whose field cannot be read the way the selectors read it; see ``_Kind.exact``.
+BucketKey = tuple[Hashable, ...]
+
+
+def _node_name(obj: Mapping[str, Any]) -> str:
+    # Exactly the ``spec.nodeName`` field selector's reading (selectors.FIELDS).
+    return str(obj.get("spec", {}).get("nodeName", ""))
+
+
+@dataclass
+class _Kind:
+    """One kind's objects and indexes."""
+
+    all: _Bucket = field(default_factory=_Bucket)
+    by_name: dict[Name, dict[str, Any]] = field(default_factory=dict)
+    buckets: dict[BucketKey, _Bucket] = field(default_factory=dict)
+    memberships: dict[Name, tuple[BucketKey, ...]] = field(default_factory=dict)
+    unindexed: dict[str, int] = field(default_factory=dict)
+    """Per index ("node", "label"), how many objects it could not place; lists scan then."""
+
+    def exact(self, index: str) -> bool:
+        return not self.unindexed.get(index)
+
+    def _placements(self, name: Name, obj: Mapping[str, Any]) -> tuple[BucketKey, ...]:
+        found: list[BucketKey] = [("ns", name[0]), ("name", name[1])]
+        try:
+            found.append(("node", _node_name(obj)))
+        except Exception:  # a malformed spec: the selector itself would fail on it
+            found.append(("unindexed", "node"))
+        try:
+            labels = obj.get("metadata", {}).get("labels") or {}
+            placed = []
+            for key, value in labels.items():
+                placed += [("label", key), ("label=", key, value)]
+            hash(tuple(placed))
+            found += placed
+        except Exception:  # labels that are not a map of hashable values
+            found.append(("unindexed", "label"))
+        return tuple(found)
+
+    def set(self, name: Name, obj: dict[str, Any]) -> None:
+        self.all.set(name, obj)
+        self.by_name[name] = obj
+        old = self.memberships.get(name, ())
+        new = self._placements(name, obj)
+        for key in old:
+            if key not in new:
+                self._leave(key, name)
+        for key in new:
+            if key[0] == "unindexed":
+                if key not in old:
+                    self.unindexed[str(key[1])] = self.unindexed.get(str(key[1]), 0) + 1
+                continue
+            self.buckets.setdefault(key, _Bucket()).set(name, obj)
+        self.memberships[name] = new
+
+    def remove(self, name: Name) -> None:
+        self.all.remove(name)
+        self.by_name.pop(name, None)
+        for key in self.memberships.pop(name, ()):
+            self._leave(key, name)
+
+    def _leave(self, key: BucketKey, name: Name) -> None:
+        if key[0] == "unindexed":
+            self.unindexed[str(key[1])] -= 1
+            return
+        bucket = self.buckets[key]
+        bucket.remove(name)
+        if not bucket:
+            del self.buckets[key]
+
+    def bucket(self, key: BucketKey) -> _Bucket:
+        return self.buckets.get(key) or _Bucket()
+
 
 class Store:
     """Objects by kind, with a monotonically increasing resourceVersion."""
 
     def __init__(self) -> None:
-        self._objects: dict[Key, dict[str, Any]] = {}
+        self._kinds: dict[str, _Kind] = {}
         self._version = 0
-        self._history: deque[Event] = deque(maxlen=HISTORY)
+        # One event per version, oldest first: ``_events[i].version == _first + i``. Trimmed
+        # in chunks, so it may hold more than HISTORY events; only the last HISTORY count.
+        self._events: list[Event] = []
+        self._first = 1
         self._changed = trio.Event()
+        self._kind_changed: dict[str, trio.Event] = {}
+        self._memos: dict[str, dict[Hashable, Any]] = {}
 
     @property
     def version(self) -> int:
         """The current resourceVersion (of the newest change)."""
         return self._version
 
-    def _stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self._version += 1
-        stamped = copy.deepcopy(obj)
-        stamped.setdefault("metadata", {})["resourceVersion"] = str(self._version)
-        return stamped
-
     def _notify(self, event: Event) -> None:
         # Watchers read from the history themselves; one event wakes all of them at once.
-        self._history.append(event)
+        self._events.append(event)
+        if len(self._events) > HISTORY + HISTORY // 4:
+            drop = len(self._events) - HISTORY
+            del self._events[:drop]
+            self._first += drop
         changed, self._changed = self._changed, trio.Event()
         changed.set()
+        waiting = self._kind_changed.pop(event.kind, None)
+        if waiting is not None:
+            waiting.set()
+
+    def _commit(self, kind: str, stamped: dict[str, Any], event_type: str) -> dict[str, Any]:
+        self._version += 1
+        self._memos.pop(kind, None)
+        stamped.setdefault("metadata", {})["resourceVersion"] = str(self._version)
+        self._notify(Event(event_type, kind, stamped, self._version))
+        return stamped
 
     def put(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Create or replace an object; watchers see ADDED or MODIFIED."""
-        meta = obj.get("metadata", {})
-        key = (kind, meta.get("namespace", ""), meta["name"])
-        event_type = "MODIFIED" if key in self._objects else "ADDED"
-        stamped = self._stamp(obj)
-        self._objects[key] = stamped
-        self._notify(Event(event_type, kind, stamped, self._version))
+        return self._put(kind, copy.deepcopy(obj))
+
+    def _put(self, kind: str, own: dict[str, Any]) -> dict[str, Any]:
+        """``put`` of an object nobody else holds (stamped and stored as it is)."""
+        meta = own.get("metadata", {})
+        name = (meta.get("namespace", ""), meta["name"])
+        objects = self._kinds.setdefault(kind, _Kind())
+        event_type = "MODIFIED" if name in objects.by_name else "ADDED"
+        stamped = self._commit(kind, own, event_type)
+        objects.set(name, stamped)
         return stamped
 
     def delete(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """Remove an object; watchers see DELETED with its last state."""
-        obj = self._objects.pop((kind, namespace, name), None)
-        if obj is None:
+        objects = self._kinds.get(kind)
+        obj = self.get(kind, namespace, name)
+        if objects is None or obj is None:
             return None
-        stamped = self._stamp(obj)
-        self._notify(Event("DELETED", kind, stamped, self._version))
-        return stamped
+        objects.remove((namespace, name))
+        return self._commit(kind, copy.deepcopy(obj), "DELETED")
 
     def update(
         self, kind: str, namespace: str, name: str, mutate: Callable[[dict[str, Any]], None]
     ) -> dict[str, Any]:
         """Change an object in place through ``mutate``; raises ``KeyError`` when absent."""
-        current = copy.deepcopy(self._objects[(kind, namespace, name)])
+        found = self.get(kind, namespace, name)
+        if found is None:
+            raise KeyError((kind, namespace, name))
+        current = copy.deepcopy(found)
         mutate(current)
-        return self.put(kind, current)
+        return self._put(kind, current)
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """One object, as stored (callers must not mutate it)."""
-        return self._objects.get((kind, namespace, name))
+        objects = self._kinds.get(kind)
+        return None if objects is None else objects.by_name.get((namespace, name))
+
+    def candidates(
+        self, kind: str, namespace: str | None, narrowing: Narrowing = NOTHING
+    ) -> list[dict[str, Any]]:
+        """``list(kind, namespace)`` narrowed through the indexes, in the same order.
+
+        What it returns is a subsequence of ``list(kind, namespace)`` holding every object
+        ``narrowing`` allows: the caller still applies its selectors to it, and gets exactly
+        what filtering the whole list would give. The smallest applicable bucket is used.
+        """
+        objects = self._kinds.get(kind)
+        if objects is None:
+            return []
+        if narrowing.namespace is not None:
+            if namespace is not None and namespace != narrowing.namespace:
+                return []
+            namespace = narrowing.namespace
+        choices: list[_Bucket] = [
+            objects.all if namespace is None else objects.bucket(("ns", namespace))
+        ]
+        if narrowing.name is not None:
+            choices.append(objects.bucket(("name", narrowing.name)))
+        if narrowing.node_name is not None and objects.exact("node"):
+            choices.append(objects.bucket(("node", narrowing.node_name)))
+        if objects.exact("label"):
+            choices += [objects.bucket(("label=", k, v)) for k, v in narrowing.labels]
+            choices += [objects.bucket(("label", k)) for k in narrowing.label_keys]
+        best = min(choices, key=len)
+        return best.in_namespace(namespace if best is not choices[0] else None)
 
     def list(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Objects of a kind (in one namespace, or all), ordered by namespace and name."""
-        return [
-            obj
-            for (k, ns, _), obj in sorted(self._objects.items())
-            if k == kind and (namespace is None or ns == namespace)
-        ]
+        objects = self._kinds.get(kind)
+        if objects is None:
+            return []
+        if namespace is None:
+            return list(objects.all.objects)
+        return list(objects.bucket(("ns", namespace)).objects)
+
+    def memo(self, kind: str, key: Hashable, make: Callable[[], T]) -> T:
+        """``make()``, kept until the next change to an object of ``kind``.
+
+        For answers computed from that kind's objects alone (an encoded list, given its
+        namespace and selectors): a thousand informers listing the same objects between two
+        writes cost one encoding.
+        """
+        memos = self._memos.setdefault(kind, {})
+        if key in memos:
+            found: T = memos[key]
+            return found
+        made = memos[key] = make()
+        if len(memos) > MEMOS_PER_KIND:
+            del memos[next(iter(memos))]
+        return made
 
     def events_since(self, kind: str, version: int) -> Iterator[Event]:
         """Events of a kind after ``version``; ``TooOld`` if the history no longer reaches it."""
-        if self._history and version < self._history[0].version - 1 and version < self._version:
+        oldest = max(self._first, self._version - HISTORY + 1)
+        if self._events and version < oldest - 1 and version < self._version:
             raise TooOld(version)
-        return (e for e in list(self._history) if e.kind == kind and e.version > version)
+        start = max(version + 1, oldest) - self._first
+        return iter([e for e in self._events[start:] if e.kind == kind])
 
-    async def wait_changed(self) -> None:
-        """Block until the next change (callers put a timeout around it)."""
-        await self._changed.wait()
+    async def wait_changed(self, kind: str | None = None) -> None:
+        """Block until the next change (of ``kind``, if named); callers put a timeout around it."""
+        if kind is None:
+            await self._changed.wait()
+            return
+        waiting = self._kind_changed.get(kind)
+        if waiting is None:
+            waiting = self._kind_changed[kind] = trio.Event()
+        await waiting.wait()
 
 
 def matches(obj: Mapping[str, Any], namespace: str | None) -> bool:

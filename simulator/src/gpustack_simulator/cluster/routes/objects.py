@@ -14,7 +14,13 @@ from gpustack_core.status import StatusError, no_route, not_found
 from gpustack_simulator.cluster.apiserver import ApiServer
 from gpustack_simulator.cluster.resources import Resource
 from gpustack_simulator.cluster.routes.base import JSON, Caller, RouteBase, json_response, list_item
-from gpustack_simulator.cluster.selectors import SelectorError, field_selector, label_selector
+from gpustack_simulator.cluster.selectors import (
+    Narrowing,
+    SelectorError,
+    field_selector,
+    label_selector,
+    narrowing,
+)
 from gpustack_simulator.cluster.store import TooOld, matches
 
 WATCH_BOOKMARK_SECONDS = 5.0
@@ -147,7 +153,7 @@ class ObjectRoutes(RouteBase):
         predicate = self._selectors()
         options = await self._delete_options()
         gone = []
-        for obj in list(self.state.store.list(resource.kind, namespace or None)):
+        for obj in self.state.store.candidates(resource.kind, namespace or None, self._narrowing()):
             if predicate(obj):
                 meta = obj["metadata"]
                 if self.state.store.get(resource.kind, namespace, meta["name"]) is not None:
@@ -235,15 +241,18 @@ class ObjectRoutes(RouteBase):
             caller, "watch" if watching else "list", resource, group=group, namespace=ns or ""
         )
         if watching:
-            return self._watch(kind, api_version, ns, predicate)
-        items = [list_item(o) for o in store.list(kind, ns) if predicate(o)]
-        return json_response(
-            {
-                "kind": f"{kind}List",
-                "apiVersion": api_version,
-                "metadata": {"resourceVersion": str(store.version)},
-                "items": items,
-            }
+            return self._watch(kind, api_version, ns, predicate, self._narrowing())
+        narrowed = self._narrowing()
+        selected = (request.args.get("labelSelector", ""), request.args.get("fieldSelector", ""))
+
+        def encoded_items() -> bytes:
+            return msgspec.json.encode(
+                [list_item(o) for o in store.candidates(kind, ns, narrowed) if predicate(o)]
+            )
+
+        items = store.memo(kind, ("list", ns, *selected), encoded_items)
+        return Response(
+            list_body(f"{kind}List", api_version, store.version, items), content_type=JSON
         )
 
     def _selectors(self) -> Callable[[Mapping[str, Any]], bool]:
@@ -254,12 +263,20 @@ class ObjectRoutes(RouteBase):
             raise StatusError(400, str(exc)) from exc
         return lambda obj: labels(obj) and fields(obj)
 
+    @staticmethod
+    def _narrowing() -> Narrowing:
+        """What of the request's selectors the store's indexes can use (after ``_selectors``)."""
+        return narrowing(
+            request.args.get("labelSelector", ""), request.args.get("fieldSelector", "")
+        )
+
     def _watch(
         self,
         kind: str,
         api_version: str,
         ns: str | None,
         predicate: Callable[[Mapping[str, Any]], bool],
+        narrowed: Narrowing,
     ) -> Response:
         store = self.state.store
         raw_version = request.args.get("resourceVersion", "")
@@ -280,7 +297,7 @@ class ObjectRoutes(RouteBase):
             last = since
             if not raw_version or since == 0:
                 # "Start at most recent": the current state as synthetic ADDED events first.
-                for obj in store.list(kind, ns):
+                for obj in store.candidates(kind, ns, narrowed):
                     if predicate(obj):
                         yield _event("ADDED", obj)
                 last = store.version
@@ -291,7 +308,7 @@ class ObjectRoutes(RouteBase):
                         with trio.move_on_after(
                             WATCH_BOOKMARK_SECONDS if bookmarks else DEFAULT_WATCH_SECONDS
                         ) as idle:
-                            await store.wait_changed()
+                            await store.wait_changed(kind)
                         if idle.cancelled_caught and bookmarks:
                             yield _bookmark(kind, api_version, store.version)
                         continue
@@ -303,6 +320,27 @@ class ObjectRoutes(RouteBase):
         response = Response(stream(), status=200, content_type=JSON)
         response.timeout = None
         return response
+
+
+def list_body(kind: str, api_version: str, version: int, items: bytes) -> bytes:
+    """A list's JSON around its already encoded ``items``: the bytes ``json_response`` writes.
+
+    The items of a list change only with its kind's objects (``Store.memo`` keeps them until
+    then); the resourceVersion moves with every write, so it is spliced in per request.
+    """
+    return b"".join(
+        (
+            b'{"kind":',
+            msgspec.json.encode(kind),
+            b',"apiVersion":',
+            msgspec.json.encode(api_version),
+            b',"metadata":{"resourceVersion":',
+            msgspec.json.encode(str(version)),
+            b'},"items":',
+            items,
+            b"}",
+        )
+    )
 
 
 def _warned(response: Response, warnings: list[str]) -> Response:
