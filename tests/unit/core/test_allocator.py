@@ -302,6 +302,22 @@ def test_preferred_slice_goes_to_the_roomiest_card_and_never_to_a_full_one() -> 
     assert preferred(node, SL, only_full, [], 1) == []
 
 
+def test_preferred_slice_of_known_size_takes_the_tightest_card_it_fits() -> None:
+    half = AllocatedAccelerator(id="GPU-1", mode=SL, allocated=M // 2)
+    quarter = AllocatedAccelerator(id="GPU-2", mode=SL, allocated=M // 4)
+    node = Node(group(cards=3, slices=4), (hold("ns/b", half), hold("ns/c", quarter)))
+    slices = [str(t) for t in pool(node.group, SL)]
+
+    def card(units: int) -> list[str]:
+        return [parse_token_id(i).accelerator for i in preferred(node, SL, slices, [], 1, units)]
+
+    # Left: GPU-0 all of it, GPU-1 a half, GPU-2 three quarters.
+    assert card(M // 4) == ["GPU-1"], "a quarter packs onto the fullest card that holds it"
+    assert card(M * 6 // 10) == ["GPU-2"], "60 % fits only GPU-2 and GPU-0; GPU-2 is tighter"
+    assert card(M * 8 // 10) == ["GPU-0"], "80 % fits only the empty card"
+    assert card(M + 1) == [], "what no card holds is not preferred anywhere"
+
+
 # --- properties ---------------------------------------------------------------------------
 
 MODES = st.sampled_from([E, SH, SL, P])

@@ -376,14 +376,17 @@ def preferred(
     available: Sequence[str],
     must_include: Sequence[str],
     size: int,
+    slice_units: int | None = None,
 ) -> list[str]:
     """The IDs the plugin would like the kubelet to assign (``GetPreferredAllocation``).
 
     Fungible pools pack: tokens of cards that already carry this mode's grants first, so
     whole cards stay free for Exclusive. Shared spreads over distinct cards (one share each),
-    packing onto already-shared cards too. Sliced goes to the card with the most units left
-    (the kubelet does not say how large the slice is, so the roomiest card is the one it
-    fits best), never to a card with none left. Unhealthy tokens are never preferred.
+    packing onto already-shared cards too. Sliced packs by best fit when ``slice_units`` (the
+    size of the slice being admitted, which the kubelet does not say: the plugin finds it on
+    the Pod) is known: the card with the fewest units left that still holds it, so whole cards
+    stay free; unknown, the roomiest card. Never a card the slice cannot fit (none left, or
+    fewer than ``slice_units``). Unhealthy tokens are never preferred.
     """
     healthy = health(node, mode)
     chosen = [i for i in must_include if i in available][:size]
@@ -394,7 +397,8 @@ def preferred(
         card = node.card(token.accelerator)
         index = card.index if card is not None else 0
         if mode is AllocationMode.SLICED:
-            return (node.used_units(token.accelerator), index, text)
+            used = node.used_units(token.accelerator)
+            return (-used if slice_units is not None else used, index, text)
         return (-len(node.on(token.accelerator)), index, text)
 
     for text in sorted((i for i in available if i not in chosen), key=rank):
@@ -405,7 +409,9 @@ def preferred(
         card = parse_token_id(text).accelerator
         if mode is AllocationMode.SHARED and card in cards_used:
             continue
-        if mode is AllocationMode.SLICED and node.used_units(card) >= UNITS_PER_ACCELERATOR:
+        if mode is AllocationMode.SLICED and (
+            UNITS_PER_ACCELERATOR - node.used_units(card) < max(slice_units or 0, 1)
+        ):
             continue
         chosen.append(text)
         cards_used.add(card)

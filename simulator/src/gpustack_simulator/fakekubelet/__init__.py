@@ -57,6 +57,9 @@ class FakeKubelet:
         self.plugins: dict[str, Plugin] = {}
         self.registrations: list[dp.RegisterRequest] = []
         self.assigned: dict[tuple[str, str, str], dict[str, list[str]]] = {}
+        self.owners: dict[tuple[str, str], str] = {}
+        """(namespace, pod) → the UID its assignments belong to: a Pod recreated under the
+        same name starts with none, as on a kubelet that dropped the deleted Pod's."""
         self._server: grpc.Server | None = None
         self._pod_resources: grpc.Server | None = None
 
@@ -145,6 +148,22 @@ class FakeKubelet:
             return {i for held in self.assigned.values() for i in held.get(resource, ())}
 
     # -- the calls a kubelet makes -------------------------------------------------------------
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop a Pod's assignments (it was deleted), freeing its devices."""
+        with self._condition:
+            self.owners.pop((namespace, name), None)
+            for key in [k for k in self.assigned if k[:2] == (namespace, name)]:
+                del self.assigned[key]
+
+    def adopt(self, namespace: str, name: str, uid: str) -> None:
+        """Assignments of ``namespace/name`` belong to ``uid`` from now; a predecessor's go."""
+        with self._condition:
+            known = self.owners.get((namespace, name))
+        if known is not None and known != uid:
+            self.forget(namespace, name)
+        with self._condition:
+            self.owners[(namespace, name)] = uid
 
     def allocate(
         self, resource: str, ids: list[str], pod: tuple[str, str], container: str

@@ -28,6 +28,9 @@ from gpustack_simulator.fakekubelet import FakeKubelet
 
 log = logging.getLogger("gpustack.simulator.fakekubelet")
 
+WATCH_LAG = 0.3
+"""Seconds between a Pod's binding and its kubelet's first device call."""
+
 
 class DeviceAdmission:
     """``ClusterState.device_admission`` over one fake kubelet per node."""
@@ -67,6 +70,10 @@ class DeviceAdmission:
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
         try:
+            # A kubelet learns of the binding through its own watch, as the node's Device
+            # Manager does, so the plugin has seen the Pod when it is asked to prefer devices.
+            await trio.sleep(WATCH_LAG)
+            kubelet.adopt(*key, meta["uid"])
             for container, resource, count in asks:
                 ids = await trio.to_thread.run_sync(_pick, kubelet, resource, count)
                 await trio.to_thread.run_sync(kubelet.allocate, resource, ids, key, container)

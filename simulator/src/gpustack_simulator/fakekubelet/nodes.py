@@ -119,6 +119,10 @@ class NodeKubelets:
             shutil.rmtree(self.root / node, ignore_errors=True)  # a previous run's sockets
             kubelet = FakeKubelet(socket.parent, pod_resources.parent)
             kubelet.assigned.update(seed_assignments(pods, node))
+            for namespace, name, _ in kubelet.assigned:
+                found = self.state.store.get(POD, namespace, name)
+                if found is not None:
+                    kubelet.owners[(namespace, name)] = found["metadata"]["uid"]
             kubelet.start()
             self.kubelets[node] = kubelet
 
@@ -139,6 +143,18 @@ class NodeKubelets:
             finally:
                 self.state.device_admission = None
 
+    def _forget_deleted(self, node: str, kubelet: FakeKubelet) -> None:
+        """A kubelet drops the assignments of Pods that are gone (or finished) from its node."""
+        for (namespace, name), uid in list(kubelet.owners.items()):
+            found = self.state.store.get(POD, namespace, name)
+            if (
+                found is None
+                or found["metadata"]["uid"] != uid
+                or (found.get("status") or {}).get("phase") in {"Succeeded", "Failed"}
+                or (found.get("spec") or {}).get("nodeName") != node
+            ):
+                kubelet.forget(namespace, name)
+
     def sync_nodes(self) -> None:
         """Each plugin resource into its Node's capacity and allocatable, where they differ.
 
@@ -147,6 +163,7 @@ class NodeKubelets:
         """
         changed = False
         for node, kubelet in self.kubelets.items():
+            self._forget_deleted(node, kubelet)
             capacity, allocatable = node_resources(kubelet)
             if not capacity:
                 continue

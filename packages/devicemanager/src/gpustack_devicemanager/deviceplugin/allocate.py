@@ -116,8 +116,15 @@ class Allocator:
     # -- holdings -------------------------------------------------------------------------
 
     def refresh(self) -> None:
-        """Recompute the node's live holdings from the Pod view and the reservations."""
+        """Recompute the live holdings (Pod view and reservations) and the waiting slice.
+
+        The waiting slice is the size of the Sliced container the kubelet admits next: its
+        preferred card is the best fit for that size.
+        """
         self.state.update(held=self._holdings())
+        waiting = self._pending(AllocationMode.SLICED, 1, self.pods() or [], {}, set())
+        units = self._quantity(waiting, self.names.sliced_units) if waiting else None
+        self.state.set_slice_units(units)
 
     def _holdings(self, *, exclude_uid: str = "") -> list[Holding]:
         entries = self.pods() or []

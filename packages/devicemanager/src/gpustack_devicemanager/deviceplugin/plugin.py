@@ -123,6 +123,7 @@ class ResourcePlugin:
                     available,
                     list(ask.must_include_deviceIDs),
                     ask.allocation_size,
+                    self.state.slice_units if self.mode is AllocationMode.SLICED else None,
                 )
                 if len(chosen) >= ask.allocation_size:
                     break

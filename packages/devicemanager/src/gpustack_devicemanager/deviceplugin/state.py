@@ -39,6 +39,7 @@ class PluginState:
         self._condition = threading.Condition()
         self._inventory = inventory or Inventory()
         self._held: tuple[Holding, ...] = ()
+        self._slice_units: int | None = None
         self._generation = 0
         self._closed = False
 
@@ -57,6 +58,17 @@ class PluginState:
         """One allocator view per group."""
         inventory, held, _ = self.read()
         return [node_of(inventory, held, group) for group in inventory.groups]
+
+    @property
+    def slice_units(self) -> int | None:
+        """Units of the next Sliced container the kubelet will admit here, when one waits."""
+        with self._condition:
+            return self._slice_units
+
+    def set_slice_units(self, units: int | None) -> None:
+        """Record the waiting slice's size (no device list changes: no watcher wakes)."""
+        with self._condition:
+            self._slice_units = units
 
     def update(
         self, *, inventory: Inventory | None = None, held: Sequence[Holding] | None = None
