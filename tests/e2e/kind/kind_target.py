@@ -564,3 +564,48 @@ def relabel(labels: dict[str, str], rules: list[dict[str, Any]]) -> dict[str, st
             template = re.sub(r"\$(\d+)", r"\\g<\1>", rule.get("replacement", "$1"))
             out[rule["target_label"]] = match.expand(template)
     return out
+
+
+# -- the operator half on kind: the plugin and the controller with the real kubelet ----------
+
+
+def plugin_pod(name: str, namespace: str, node: str, image: str) -> dict[str, Any]:
+    """A Pod asking the nvidia plugin for one share, with no allocation annotation.
+
+    The demo's placement holds every card of the simulated H100 node in some mode, but card 1
+    is Shared with nine shares free, so a share is what the real kubelet can still admit there.
+    """
+    container = {
+        **_container({"name": "main", "resources": {}}, image, ["sleep", "infinity"]),
+        "resources": {
+            "limits": {"nvidia.com/gpu.shared": "1", "cpu": "50m", "memory": "64Mi"},
+            "requests": {"nvidia.com/gpu.shared": "1", **SMALL_REQUESTS},
+        },
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(E2E_LABEL)},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container],
+        },
+    }
+
+
+def controller_instance(name: str, namespace: str, node: str, image: str) -> dict[str, Any]:
+    """An Instance the chart's controller renders (no type, no accelerator), with two ports."""
+    return {
+        "apiVersion": "worker.gpustack.ai/v1alpha1",
+        "kind": "Instance",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(E2E_LABEL)},
+        "spec": {
+            "image": image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["sleep", "infinity"],
+            "nodeName": node,
+            "ports": [{"port": 22}, {"port": 8888}],
+            "resources": {"cpu": "50m", "ram": "64Mi"},
+        },
+    }

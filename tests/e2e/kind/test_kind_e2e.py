@@ -21,6 +21,7 @@ every cluster test skips, saying so. The tests at the bottom need no cluster and
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -33,10 +34,12 @@ import yaml
 from kind_target import (
     COMPONENT_SELECTOR,
     DEVICE_MANAGER_PORT,
+    IMAGE_ENV,
     REPO,
     SYSTEM_NAMESPACE,
     KindTarget,
     bind,
+    controller_instance,
     demo,
     eventually,
     grant_users,
@@ -44,6 +47,7 @@ from kind_target import (
     new_target,
     place_demo,
     plan_demo,
+    plugin_pod,
     relabel,
     simulated_recordings,
     skip_reason,
@@ -53,6 +57,7 @@ from kind_target import (
 from gpustack_core.allocation import ANNOTATION, grants, parse_allocation
 from gpustack_core.modes import AllocationMode
 from gpustack_core.pods import PART_OF_LABEL
+from gpustack_core.tokens import parse_token_id
 
 local = load_local_suite()
 SKIP = skip_reason()
@@ -438,3 +443,100 @@ def test_the_planned_objects_are_valid_for_the_api_server() -> None:
         if pod is not None:
             created = {**instance, "metadata": {**instance["metadata"], "uid": "u-1"}}
             validate(bind(pod, created), "1.30", strict=True)
+
+
+# -- the operator half with the real kubelet ------------------------------------------------
+
+
+def _image() -> str:
+    return os.environ.get(IMAGE_ENV, "gpustack-operator:e2e")
+
+
+@needs_cluster
+def test_a_pod_without_an_annotation_is_allocated_by_the_plugin(target: KindTarget) -> None:
+    """The real kubelet schedules a share by the plugin's advertised tokens and calls Allocate;
+    the Device Manager writes the annotation (nobody else does)."""
+    node = target.nodes["gpu-node-1"]
+    path = "/api/v1/namespaces/team-a/pods"
+    target.create(path, plugin_pod("plugin-share", "team-a", node, _image()))
+    try:
+
+        def allocated() -> dict[str, Any]:
+            with target.api() as client:
+                pod: dict[str, Any] = client.get(f"{path}/plugin-share").json()
+            assert pod["status"].get("phase") == "Running", pod["status"]
+            assert ANNOTATION in pod["metadata"].get("annotations", {}), "not annotated yet"
+            return pod
+
+        pod = eventually(allocated, 180)
+        allocation = parse_allocation(pod["metadata"]["annotations"][ANNOTATION])
+        (grant,) = grants(allocation)
+        assert (grant.container, grant.manufacturer) == ("main", "nvidia")
+        assert grant.accelerator.mode is AllocationMode.SHARED
+        (device_id,) = allocation["main"].device_ids
+        assert parse_token_id(device_id).accelerator == grant.accelerator.id
+    finally:
+        target.delete(f"{path}/plugin-share")
+
+
+@needs_cluster
+def test_the_charts_controller_runs_an_instance_across_stop_and_start(
+    target: KindTarget,
+) -> None:
+    node = target.nodes["gpu-node-1"]
+    base = "/apis/worker.gpustack.ai/v1alpha1/namespaces/team-a/instances"
+    target.create(base, controller_instance("kind-life", "team-a", node, _image()))
+    try:
+
+        def phase(wanted: str) -> dict[str, Any]:
+            with target.api() as client:
+                found: dict[str, Any] = client.get(f"{base}/kind-life").json()
+            assert found.get("status", {}).get("phase") == wanted, found.get("status")
+            return found
+
+        ready = eventually(lambda: phase("Ready"), 180)
+        uid = ready["metadata"]["uid"]
+        with target.api() as client:
+            pod = client.get("/api/v1/namespaces/team-a/pods/kind-life").json()
+            service = client.get("/api/v1/namespaces/team-a/services/kind-life").json()
+        assert pod["metadata"]["labels"][PART_OF_LABEL] == uid
+        assert pod["spec"]["nodeName"] == node
+        ports = {p["port"]: p["nodePort"] for p in service["spec"]["ports"]}
+        assert set(ports) == {22, 8888}
+        with target.api() as client:
+            client.patch(
+                f"{base}/kind-life",
+                json={"spec": {"stop": True}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+        eventually(lambda: phase("Stopped"), 120)
+        with target.api() as client:
+            assert client.get("/api/v1/namespaces/team-a/pods/kind-life").status_code == 404
+            kept = client.get("/api/v1/namespaces/team-a/services/kind-life").json()
+            client.patch(
+                f"{base}/kind-life",
+                json={"spec": {"stop": False}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+        assert {p["port"]: p["nodePort"] for p in kept["spec"]["ports"]} == ports
+        again = eventually(lambda: phase("Ready"), 180)
+        assert {p["port"]: p["nodePort"] for p in again["status"]["ports"]} == ports
+    finally:
+        target.delete(f"{base}/kind-life")
+
+
+def test_the_operator_half_objects_are_valid_for_the_api_server() -> None:
+    """What the two tests above POST: the Pod against Kubernetes' schema, the Instance against
+    the CRD's, so a typo fails here and not only on kind."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        validate = pytest.importorskip("kubernetes_validate").validate
+    jsonschema = pytest.importorskip("jsonschema")
+    crd = yaml.safe_load(
+        (REPO / "clusters" / "crds" / "instances.worker.gpustack.ai.yaml").read_text()
+    )
+    [version] = crd["spec"]["versions"]
+    validate(plugin_pod("p", "team-a", "n", "img"), "1.30", strict=True)
+    jsonschema.validate(
+        controller_instance("i", "team-a", "n", "img"), version["schema"]["openAPIV3Schema"]
+    )
