@@ -6,7 +6,13 @@
 - ``gpustack_kube`` imports only core: the cluster client serves both daemons.
 - The daemons (``gpustack_devicemanager``, ``gpustack_worker``) never import each other, the
   simulator or the CLI.
-- The simulator imports no daemon and no CLI; only the CLI composes everything.
+- The simulator imports no daemon and no CLI; only the CLI composes everything. The one
+  exception is a module that plugs *into* a daemon (:data:`PLUGINS`): it may read that daemon's
+  types and parsers, and the CLI hands it to the daemon through a seam the daemon declares.
+- Core does no I/O: besides the modules in :data:`NO_IO`, it calls none of the builtins that
+  reach a file or the terminal (:data:`IO_BUILTINS`).
+- Every ``gpustack_*`` package in the workspace has a contract here, and every ``gpustack_*``
+  import names one of them: a new package cannot sidestep the check by being unlisted.
 
 Every ``import``/``from`` statement is read with :mod:`ast` (function-local imports included),
 so a lazy import cannot slip past. Exit 1 with one line per violation.
@@ -39,18 +45,36 @@ ALLOWED: Final[dict[str, frozenset[str]]] = {
     "gpustack_simulator": frozenset({"gpustack_core", "gpustack_kube", "gpustack_vendors"}),
     "gpustack_cli": frozenset(OURS),
 }
+PLUGINS: Final[dict[str, frozenset[str]]] = {
+    # Binds a replay's PIDs to live processes as the Device Manager's attribution reads them
+    # (its cgroup and Pod-view parsers); plugged in by the CLI as ServeOptions.monitor_wrapper.
+    "gpustack_simulator.pidbind": frozenset({"gpustack_devicemanager"}),
+}
+"""Modules allowed one more package than their own package's contract: plug-ins of a daemon."""
 NO_IO: Final = frozenset(
     {
+        "aiofiles",
+        "anyio",
         "asyncio",
         "ctypes",
+        "fcntl",
+        "glob",
+        "grpc",
         "http",
         "httpx",
         "io",
+        "kubernetes",
+        "mmap",
+        "multiprocessing",
         "os",
         "pathlib",
         "requests",
+        "select",
+        "selectors",
         "shutil",
+        "signal",
         "socket",
+        "sqlite3",
         "ssl",
         "subprocess",
         "tempfile",
@@ -59,6 +83,8 @@ NO_IO: Final = frozenset(
     }
 )
 """Top-level modules core may not import: each exists to reach a file, a socket or a process."""
+IO_BUILTINS: Final = frozenset({"open", "input", "print", "breakpoint"})
+"""Builtins core may not call: each reads or writes a file or the terminal."""
 
 
 def sources(package: str) -> Iterator[Path]:
@@ -79,17 +105,55 @@ def imported(path: Path) -> Iterator[tuple[int, str]]:
             yield node.lineno, node.module.split(".")[0]
 
 
-def violations() -> list[str]:
-    """One line per import that breaks a contract."""
+def builtin_calls(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line, name)`` for every call of a bare name among :data:`IO_BUILTINS`."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in IO_BUILTINS
+        ):
+            yield node.lineno, node.func.id
+
+
+def module_name(path: Path, package: str) -> str:
+    """The dotted name of a module found by :func:`sources` (``gpustack_simulator.pidbind``)."""
+    parts = path.with_suffix("").parts
+    dotted = list(parts[len(parts) - 1 - parts[::-1].index(package) :])
+    if dotted[-1] == "__init__":
+        dotted.pop()
+    return ".".join(dotted)
+
+
+def unlisted() -> list[str]:
+    """One line per workspace ``gpustack_*`` package without a contract in :data:`ALLOWED`."""
     found: list[str] = []
+    for base in (ROOT / "packages", ROOT / "simulator"):
+        for src in sorted(base.glob("**/src/gpustack_*")):
+            if src.is_dir() and src.name not in ALLOWED:
+                where = src.relative_to(ROOT)
+                found.append(f"{where}: {src.name} has no layer contract in tests/lint/layers.py")
+    return found
+
+
+def violations() -> list[str]:
+    """One line per import (or core I/O call) that breaks a contract."""
+    found: list[str] = unlisted()
     for package, allowed in ALLOWED.items():
         for path in sources(package):
             where = path.relative_to(ROOT)
+            permitted = allowed | PLUGINS.get(module_name(path, package), frozenset())
             for line, module in imported(path):
-                if module in OURS and module != package and module not in allowed:
+                if module.startswith("gpustack_") and module not in OURS:
+                    found.append(f"{where}:{line}: {module} is no package of the layer contracts")
+                elif module in OURS and module != package and module not in permitted:
                     found.append(f"{where}:{line}: {package} may not import {module}")
                 if package == "gpustack_core" and module in NO_IO:
                     found.append(f"{where}:{line}: gpustack_core does no I/O; {module} is I/O")
+            if package == "gpustack_core":
+                for line, name in builtin_calls(path):
+                    found.append(f"{where}:{line}: gpustack_core does no I/O; {name}() is I/O")
     return found
 
 

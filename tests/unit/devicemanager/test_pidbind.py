@@ -35,11 +35,12 @@ from gpustack_devicemanager.attribution import (
 from gpustack_devicemanager.daemon import ServeOptions
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.monitor import TickContext, run_monitor, tick
-from gpustack_devicemanager.pidbind import (
+from gpustack_simulator.pidbind import (
     UNBOUND_PID_BASE,
     PidBindingBackend,
     bind_replayed_pids,
     holders,
+    pid_binding,
 )
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.recording import ProcEntry
@@ -455,14 +456,40 @@ def test_with_simulate_the_flag_reaches_serve_and_reads_the_real_proc(
     ):
         result = CliRunner().invoke(app, [*args, *extra])
         assert result.exit_code == 0, result.output
-        assert (seen[-1].bind_replayed_pids, seen[-1].proc_root) == (bind, root)
+        assert seen[-1].proc_root == root
+        wrap = seen[-1].monitor_wrapper
+        assert wrap is not None
+        # The composition root plugged in the simulator's binding, over the same proc root.
+        bound, _ = wrap(FakeReplay({}), lambda: None)
+        assert isinstance(bound, PidBindingBackend)
+        assert (bound.proc_root, bind) == (root, True)
     result = CliRunner().invoke(app, [*args, "--proc-root", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert (seen[-1].bind_replayed_pids, seen[-1].proc_root) == (False, tmp_path)
+    assert (seen[-1].monitor_wrapper, seen[-1].proc_root) == (None, tmp_path)
 
 
 def test_the_flag_is_off_by_default() -> None:
-    assert ServeOptions(manufacturer=MFR, node_name="n").bind_replayed_pids is False
+    assert ServeOptions(manufacturer=MFR, node_name="n").monitor_wrapper is None
+
+
+def test_the_simulators_wrapper_binds_what_the_monitor_reads(tmp_path: Path) -> None:
+    root = proc(tmp_path, {501: systemd_v2(POD_A, MAIN_A)})
+    replay = FakeReplay({DEVICE: rows(8101)})
+    backend, pods = pid_binding(root)(replay, lambda: [POD_A_SLICED])
+    assert pods() == [POD_A_SLICED]
+    [row] = backend.processes([DEVICE])[DEVICE].rows
+    assert row.pid == 501
+
+
+def test_the_device_manager_package_knows_no_simulator() -> None:
+    package = REPO / "packages" / "devicemanager" / "src" / "gpustack_devicemanager"
+    assert not (package / "pidbind.py").exists()
+    mentions = [
+        path.name
+        for path in package.rglob("*.py")
+        if "gpustack_simulator" in path.read_text() or "bind_replayed" in path.read_text()
+    ]
+    assert mentions == []
 
 
 # -- a replay stand-in ---------------------------------------------------------------------------

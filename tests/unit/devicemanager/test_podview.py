@@ -21,8 +21,8 @@ from gpustack_devicemanager import podview
 from gpustack_devicemanager.exporter import ExporterSource, compose, read_inputs
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.monitor import TickContext, _node_pods
-from gpustack_devicemanager.pidbind import holders
 from gpustack_devicemanager.podview import NodePod, node_pod
+from gpustack_simulator.pidbind import holders
 
 
 @pytest.fixture

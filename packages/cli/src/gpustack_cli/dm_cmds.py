@@ -11,14 +11,17 @@ import socket
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import msgspec
 import typer
 
 from gpustack_core.units import seconds_of
 from gpustack_devicemanager.monitor import TickContext, tick
-from gpustack_vendors.loading import LibraryUnavailableError, open_backend
+from gpustack_vendors.loading import open_backend
 from gpustack_vendors.protocol import Backend
+
+if TYPE_CHECKING:
+    from gpustack_devicemanager.daemon import MonitorWrapper
 
 
 def parse_duration(text: str) -> float:
@@ -34,6 +37,19 @@ def default_node_name() -> str:
     return os.environ.get("KUBERNETES_NODE_NAME") or socket.gethostname()
 
 
+def monitor_wrapper(bind_replayed_pids: bool, proc_root: Path) -> MonitorWrapper | None:
+    """``--bind-replayed-pids``: the simulator's PID binding over ``proc_root``, plugged in here.
+
+    The Device Manager only offers the seam (``ServeOptions.monitor_wrapper``); which binding
+    fills it is the composition root's choice, so the daemon never imports the simulator.
+    """
+    if not bind_replayed_pids:
+        return None
+    from gpustack_simulator.pidbind import pid_binding
+
+    return pid_binding(proc_root)
+
+
 def open_for(
     manufacturer: str | None, simulate: Path | None, proc_root: Path | None
 ) -> tuple[str, Backend, Path]:
@@ -45,10 +61,8 @@ def open_for(
     if simulate is None:
         if manufacturer is None:
             raise typer.BadParameter("--manufacturer is required without --simulate")
-        try:
-            return manufacturer, open_backend(manufacturer), proc_root or Path("/proc")
-        except LibraryUnavailableError as exc:
-            raise typer.BadParameter(str(exc)) from exc
+        # LibraryUnavailableError is a runtime error (exit 1), reported by the command.
+        return manufacturer, open_backend(manufacturer), proc_root or Path("/proc")
     # The simulator only for --simulate: a production Device Manager never imports it.
     from gpustack_simulator.procfs import write_procfs
     from gpustack_simulator.replay.backends import replay_backend
@@ -66,10 +80,14 @@ def open_for(
 
 
 def monitor_once(
-    manufacturer: str | None, simulate: Path | None, proc_root: Path | None, period: float
+    manufacturer: str | None,
+    simulate: Path | None,
+    proc_root: Path | None,
+    period: float,
+    fmt: str = "yaml",
 ) -> str:
-    """One monitor sample as YAML (no cluster: cards only)."""
-    import yaml  # only this one-shot command prints YAML
+    """One monitor sample as YAML or JSON (no cluster: cards only)."""
+    from gpustack_cli.output import render
 
     vendor, backend, root = open_for(manufacturer, simulate, proc_root)
     try:
@@ -77,5 +95,4 @@ def monitor_once(
         snapshot = tick(backend, None, TickContext(vendor, period, root), datetime.now(UTC))
     finally:
         backend.close()
-    text: str = yaml.safe_dump(msgspec.to_builtins(snapshot), sort_keys=False)
-    return text
+    return render(snapshot, fmt)

@@ -372,7 +372,7 @@ def dm_serve(
     import trio
 
     from gpustack_cli import logs
-    from gpustack_cli.dm_cmds import default_node_name, open_for, parse_duration
+    from gpustack_cli.dm_cmds import default_node_name, monitor_wrapper, open_for, parse_duration
     from gpustack_core.modes import AllocationMode
     from gpustack_devicemanager.daemon import ServeOptions, serve_until_signalled
 
@@ -405,7 +405,7 @@ def dm_serve(
         kubeconfig=kubeconfig,
         kube_context=context,
         proc_root=root,
-        bind_replayed_pids=bind_replayed_pids,
+        monitor_wrapper=monitor_wrapper(bind_replayed_pids, root),
         kubelet=_kubelet(
             kubelet_access, kubelet_port, kubelet_certificate_authority, kubelet_insecure_tls
         ),

@@ -35,7 +35,6 @@ from gpustack_devicemanager.exposition import ExpositionHolder
 from gpustack_devicemanager.health import Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.monitor import PodsSource, TickContext, run_monitor
-from gpustack_devicemanager.pidbind import PidBindingBackend
 from gpustack_devicemanager.podview import NodePod, node_pod
 from gpustack_devicemanager.publish import Publisher, detected_groups, run_publisher
 from gpustack_devicemanager.server import build_app
@@ -53,6 +52,12 @@ log = logging.getLogger("gpustack.devicemanager")
 
 LIBRARY_THREADS = 2
 """Vendor libraries are not assumed thread-safe beyond this; ticks never overlap anyway."""
+
+MonitorWrapper = Callable[[Backend, PodsSource], tuple[Backend, PodsSource]]
+"""What may stand between the monitor and what it reads: given the backend and the node's Pods
+(as far as the kubelet confirms their grants), the pair the monitor reads instead. The publisher,
+the device plugin and the exporter keep reading the originals. A composition root plugs one in
+(the CLI's ``--bind-replayed-pids``); the Device Manager knows none of them."""
 
 
 @dataclass(frozen=True)
@@ -76,9 +81,9 @@ class ServeOptions:
     (``nodes/stats``)."""
     node_address: str | None = None
     """This node's address (the downward API's ``status.hostIP``), for direct kubelet reads."""
-    bind_replayed_pids: bool = False
-    """Bind a replay's process rows to live PIDs of the Pods holding the devices (pidbind.py).
-    Only for a replay backend; the CLI refuses it without ``--simulate``."""
+    monitor_wrapper: MonitorWrapper | None = None
+    """Wraps what the monitor reads (:data:`MonitorWrapper`); ``None``: the backend and the Pods
+    as they are."""
     publish: bool = True
     """Publish the node's NodeFeature and its ``Devices`` group and ledger (publish.py);
     ``--no-publish`` turns it off (a second, observing Device Manager; a read-only account)."""
@@ -263,9 +268,8 @@ async def serve(
 
         monitored: Backend = backend
         monitor_pods: PodsSource = measured_pods
-        if options.bind_replayed_pids:
-            binding = PidBindingBackend(backend, options.proc_root)
-            monitored, monitor_pods = binding, binding.watch(measured_pods)
+        if options.monitor_wrapper is not None:
+            monitored, monitor_pods = options.monitor_wrapper(backend, measured_pods)
 
         await nursery.start(
             lambda task_status: run_monitor(

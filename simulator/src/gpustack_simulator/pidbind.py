@@ -3,8 +3,10 @@
 A recording's process rows carry the PIDs of the node it was recorded on. Replayed on a cluster
 node (kind), those PIDs are nobody's — or worse, someone else's — so attribution through the
 real ``/proc`` can place none of them. With ``device-manager serve --simulate <recording>
---bind-replayed-pids`` the Device Manager wraps the replay backend in :class:`PidBindingBackend`,
-which, every monitor tick, rewrites each row's PID on a device D into a live PID of a container
+--bind-replayed-pids`` the CLI (the composition root) hands the Device Manager
+:func:`pid_binding` as its monitor wrapper (``ServeOptions.monitor_wrapper``), which puts the
+replay backend in a :class:`PidBindingBackend`; the Device Manager itself knows nothing of it.
+Every monitor tick, the binding rewrites each row's PID on a device D into a live PID of a container
 that the node's Pods' allocation annotations say holds D. Attribution then runs unchanged and
 for real: it reads ``/proc/<pid>/cgroup`` of a live process and finds the Pod through its
 cgroup, exactly as on a node with accelerators.
@@ -28,12 +30,17 @@ The rules, each chosen so binding can never *invent* an attribution:
 Only a replay may be bound: on a real library the PIDs are facts, and rewriting them would put
 one tenant's memory on another's Instance. The CLI refuses ``--bind-replayed-pids`` without
 ``--simulate``.
+
+This module plugs into the Device Manager, so it reads ``/proc/<pid>/cgroup`` and the Pods'
+annotations with the Device Manager's own parsers (``cgroup``, ``podview``): a binding is only
+sound if attribution reads the bound process exactly as this module did. It is the one simulator
+module that may import the Device Manager (``tests/lint/layers.py``), never the other way round.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -46,7 +53,7 @@ from gpustack_devicemanager.podview import PodEntry, decoded
 from gpustack_vendors.model import CardSample, Detection, DeviceProcesses, PartitionSample
 from gpustack_vendors.protocol import Backend
 
-log = logging.getLogger("gpustack.devicemanager.pidbind")
+log = logging.getLogger("gpustack.simulator.pidbind")
 
 UNBOUND_PID_BASE = 1 << 22
 """``PID_MAX_LIMIT`` on 64-bit Linux: ``pid_max`` cannot be set higher, so no process ever has
@@ -268,3 +275,17 @@ class PidBindingBackend:
     def close(self) -> None:
         """Close the replay."""
         self.inner.close()
+
+
+def pid_binding(proc_root: Path) -> Callable[[Backend, PodsSource], tuple[Backend, PodsSource]]:
+    """The Device Manager's monitor wrapper for ``--bind-replayed-pids``, over ``proc_root``.
+
+    Given the replay backend and the monitor's Pod source, the pair the monitor reads instead:
+    the backend bound through :class:`PidBindingBackend`, and the source it watches.
+    """
+
+    def wrap(backend: Backend, pods: PodsSource) -> tuple[Backend, PodsSource]:
+        binding = PidBindingBackend(backend, proc_root)
+        return binding, binding.watch(pods)
+
+    return wrap
