@@ -16,10 +16,12 @@ import typer
 if TYPE_CHECKING:
     from gpustack_kube.kubelet import KubeletAccess
 
+from gpustack_cli.errors import USAGE, OneLineErrors, fail, user_errors
 from gpustack_core import contract
 
 app = typer.Typer(
     name="gpustack-operator",
+    cls=OneLineErrors,
     help="Instance utilization for GPU clusters: Device Manager, worker API and simulator.",
     no_args_is_help=True,
     add_completion=False,
@@ -166,7 +168,7 @@ def worker(
     kubelet_port: KubeletPort = 10250,
     kubelet_certificate_authority: KubeletCA = None,
     kubelet_insecure_tls: KubeletInsecure = False,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_level: LogLevel = "info",
     log_json: Annotated[bool, typer.Option(help="Log JSON lines.")] = False,
 ) -> None:
     """Serve the worker.gpustack.ai/v1 aggregated API (instances and instances/metrics)."""
@@ -180,12 +182,12 @@ def worker(
     logs.configure(log_level, json_logs=log_json)
     dm_period = parse_duration(device_manager_monitor_period)
     if dm_period > MAX_MONITOR_PERIOD.total_seconds():
-        typer.echo(
-            f"gpustack-operator worker: --device-manager-monitor-period "
-            f"{device_manager_monitor_period} is longer than {MAX_MONITOR_PERIOD}",
-            err=True,
+        fail(
+            "gpustack-operator worker",
+            f"--device-manager-monitor-period {device_manager_monitor_period} is longer than"
+            f" {MAX_MONITOR_PERIOD}",
+            json_logs=log_json,
         )
-        raise typer.Exit(code=1)
     options = WorkerOptions(
         secure_port=secure_port,
         bind_address=bind_address,
@@ -214,8 +216,7 @@ def worker(
         found = _first(exc, StartupError)
         if found is None:
             raise
-        typer.echo(f"gpustack-operator worker: {found}", err=True)
-        raise typer.Exit(code=1) from exc
+        fail("gpustack-operator worker", found, json_logs=log_json)
 
 
 KubeletAccessMode = Annotated[
@@ -249,15 +250,25 @@ def _kubelet(mode: str, port: int, ca: Path | None, insecure: bool) -> KubeletAc
 
 
 @contextlib.contextmanager
-def refusing_bad_recordings(command: str) -> Iterator[None]:
-    """A recording that cannot be replayed is one line on stderr and exit 1, no traceback."""
-    from gpustack_core.decoding import ContractError
+def refusing_bad_recordings(command: str, *, json_logs: bool = False) -> Iterator[None]:
+    """A bad recording, or a library that does not open: one line on stderr, exit 1.
 
-    try:
+    No traceback; a JSON line with ``--log-json``.
+    """
+    with user_errors(f"gpustack-operator {command}", json_logs=json_logs):
         yield
-    except (ContractError, OSError) as exc:
-        typer.echo(f"gpustack-operator {command}: {exc}", err=True)
-        raise typer.Exit(code=1) from exc
+
+
+def _log_level(value: str) -> str:
+    """``--log-level``: one of the levels :mod:`gpustack_cli.logs` knows (a usage error if not)."""
+    from gpustack_cli.logs import LEVELS
+
+    if value not in LEVELS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(LEVELS)}")
+    return value
+
+
+LogLevel = Annotated[str, typer.Option(callback=_log_level, help="debug, info, warning or error.")]
 
 
 def _first(error: BaseException, kind: type[E]) -> E | None:
@@ -361,7 +372,7 @@ def dm_serve(
     partitioned: Annotated[
         bool, typer.Option(help="Serve the <base>.partitioned resource.")
     ] = True,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_level: LogLevel = "info",
     log_json: Annotated[bool, typer.Option(help="Log JSON lines.")] = False,
 ) -> None:
     """Sample accelerators every monitor period and serve /monitor/snapshot over HTTPS.
@@ -374,7 +385,6 @@ def dm_serve(
     from gpustack_cli import logs
     from gpustack_cli.dm_cmds import default_node_name, monitor_wrapper, open_for, parse_duration
     from gpustack_core.modes import AllocationMode
-    from gpustack_devicemanager.daemon import ServeOptions, serve_until_signalled
 
     dropped = {
         mode
@@ -393,8 +403,11 @@ def dm_serve(
         proc_root = Path("/proc")  # the live processes, not the recording's own /proc
     logs.configure(log_level, json_logs=log_json)
     period = parse_duration(monitor_period)
-    with refusing_bad_recordings("device-manager serve"):
+    with refusing_bad_recordings("device-manager serve", json_logs=log_json):
         vendor, backend, root = open_for(manufacturer, simulate, proc_root)
+    # The daemon after the refusals: a bad recording or an absent library is reported first.
+    from gpustack_devicemanager.daemon import ServeOptions, serve_until_signalled
+
     options = ServeOptions(
         manufacturer=vendor,
         node_name=node_name or default_node_name(),
@@ -417,7 +430,16 @@ def dm_serve(
         confirm_grants=confirm_grants,
         plugin_modes=frozenset(AllocationMode) - dropped,
     )
-    trio.run(serve_until_signalled, options, backend)
+    from gpustack_kube.config import KubeConfigError
+
+    try:
+        trio.run(serve_until_signalled, options, backend)
+    except (KubeConfigError, OSError, BaseExceptionGroup) as exc:
+        # A kubeconfig that does not load or a port that cannot be bound: one line, exit 1.
+        found = _first(exc, KubeConfigError) or _first(exc, OSError)
+        if found is None:
+            raise
+        fail("gpustack-operator device-manager serve", found, json_logs=log_json)
 
 
 @device_manager.command("detect")
@@ -434,17 +456,19 @@ def dm_detect(
     simulate: Annotated[
         Path | None, typer.Option(help="Replay this recording instead of the real library.")
     ] = None,
+    output: OutputFormat = "yaml",
 ) -> None:
-    """Print the accelerators this node's library reports, as YAML."""
+    """Print the accelerators this node's library reports (YAML, or JSON with -o json)."""
     from gpustack_cli.simulator_cmds import detect
+    from gpustack_vendors.calling import CallError
     from gpustack_vendors.loading import LibraryUnavailableError
 
     try:
-        with refusing_bad_recordings("device-manager detect"):
-            typer.echo(detect(manufacturer, simulate), nl=False)
-    except LibraryUnavailableError as exc:
-        typer.echo(f"device-manager detect: {exc}", err=True)
-        raise typer.Exit(code=1) from exc
+        with user_errors("gpustack-operator device-manager detect", library_errors=False):
+            typer.echo(detect(manufacturer, simulate, output), nl=False)
+    except (LibraryUnavailableError, CallError) as exc:
+        # This prefix (no program name) is what the vendor tests have always read.
+        fail("device-manager detect", exc)
 
 
 @device_manager.command("monitor")
@@ -453,27 +477,63 @@ def dm_monitor(
     simulate: Annotated[Path | None, typer.Option(help="Replay this recording.")] = None,
     proc_root: Annotated[Path | None, typer.Option(help="Host /proc mount.")] = None,
     monitor_period: Annotated[str, typer.Option(help="Period written into the sample.")] = "15s",
+    output: OutputFormat = "yaml",
 ) -> None:
-    """Take one monitor sample (card figures) and print it as YAML."""
+    """Take one monitor sample (card figures) and print it (YAML, or JSON with -o json)."""
     from gpustack_cli.dm_cmds import monitor_once, parse_duration
 
+    period = parse_duration(monitor_period)
     with refusing_bad_recordings("device-manager monitor"):
-        sample = monitor_once(manufacturer, simulate, proc_root, parse_duration(monitor_period))
+        sample = monitor_once(manufacturer, simulate, proc_root, period, output)
     typer.echo(sample, nl=False)
+
+
+def _output_format(value: str) -> str:
+    """``-o``: yaml or json (a usage error otherwise)."""
+    if value not in ("yaml", "json"):
+        raise typer.BadParameter(f"{value!r} is not yaml or json")
+    return value
+
+
+OutputFormat = Annotated[
+    str,
+    typer.Option(
+        "-o",
+        "--output",
+        metavar="yaml|json",
+        callback=_output_format,
+        help="yaml (the default) or json: one object, its shape in docs/cli.md.",
+    ),
+]
 
 
 @simulator.command("record")
 def sim_record(
     output: Annotated[Path, typer.Option("-o", "--output", help="Recording file to write.")],
-    vendor: Annotated[str, typer.Option(help="Which library to record: nvidia or amd.")],
+    vendor: Annotated[
+        str,
+        typer.Option(
+            help=(
+                "Which library to record. Only nvidia (NVML through pynvml) can be recorded"
+                " today; the other manufacturers replay committed or synthesized recordings."
+            )
+        ),
+    ],
     samples: Annotated[int, typer.Option(min=1, help="Monitor-style passes to record.")] = 4,
     interval: Annotated[float, typer.Option(min=0, help="Seconds between passes.")] = 15.0,
     description: Annotated[str, typer.Option(help="What the recording shows.")] = "recorded",
 ) -> None:
-    """Record a real vendor library's answers into a recording (PIDs redacted)."""
+    """Record a real vendor library's answers into a recording (PIDs redacted); nvidia only."""
     from rich.console import Console
 
-    from gpustack_cli.simulator_cmds import record
+    from gpustack_cli.simulator_cmds import RECORDABLE, record
+
+    if vendor not in RECORDABLE:
+        fail(
+            "gpustack-operator simulator record",
+            f"--vendor {vendor}: only {', '.join(RECORDABLE)} can be recorded today",
+            code=USAGE,
+        )
 
     record(vendor, samples, interval, output, description, Console(stderr=True))
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import msgspec
 import typer
-import yaml
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -129,16 +127,16 @@ def backend_for(manufacturer: str | None, simulate: Path | None) -> Backend:
     return replay_backend(recording)
 
 
-def detect(manufacturer: str | None, simulate: Path | None) -> str:
-    """Detection as YAML (what the Devices object's spec is built from)."""
+def detect(manufacturer: str | None, simulate: Path | None, fmt: str = "yaml") -> str:
+    """Detection as YAML or JSON (what the Devices object's spec is built from)."""
+    from gpustack_cli.output import render
+
     backend = backend_for(manufacturer, simulate)
     try:
         detection = backend.detect()
     finally:
         backend.close()
-    document = msgspec.to_builtins(detection)
-    text: str = yaml.safe_dump(document, sort_keys=False)
-    return text
+    return render(detection, fmt)
 
 
 def replay(path: Path, samples: int, interval: float, console: Console) -> None:
@@ -169,15 +167,25 @@ def replay(path: Path, samples: int, interval: float, console: Console) -> None:
     backend.close()
 
 
+RECORDABLE = ("nvidia",)
+"""The manufacturers ``simulator record`` can record (``gpustack_simulator.capture``)."""
+
+
 def record(
     vendor: str, samples: int, interval: float, output: Path, description: str, console: Console
 ) -> None:
-    """Record this machine's cards and write a recording ``validate`` accepts."""
-    if vendor != "nvidia":
-        raise typer.BadParameter(f"recording {vendor} cards is not available yet")
-    from gpustack_simulator.capture import record_nvidia
+    """Record this machine's cards and write a recording ``validate`` accepts.
 
-    with Progress(console=console) as progress:
+    A library that does not open (or whose first call fails) is a one-line error, exit 1.
+    """
+    if vendor not in RECORDABLE:
+        raise typer.BadParameter(f"only {', '.join(RECORDABLE)} can be recorded today")
+    from gpustack_cli.errors import fail
+    from gpustack_simulator.capture import record_nvidia
+    from gpustack_vendors.calling import CallError
+
+    # No bar where stderr is not a terminal: a log or a pipe reads only the outcome's line.
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task(f"recording {vendor}", total=samples)
         try:
             recording = record_nvidia(
@@ -186,8 +194,12 @@ def record(
                 description=description,
                 progress=lambda done: progress.update(task, completed=done),
             )
-        except LibraryUnavailableError as exc:
-            raise typer.BadParameter(str(exc)) from exc
+        except (LibraryUnavailableError, CallError) as exc:
+            failure: Exception | None = exc
+        else:
+            failure = None
+    if failure is not None:
+        fail("gpustack-operator simulator record", f"cannot record {vendor}: {failure}")
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(dump_recording(recording))
     load_recording(output)  # what we write must be what validate accepts
