@@ -204,9 +204,31 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
     assert (await stack.as_aggregator(f"{V1}/namespaces/team-a/instances/qwen-a")).status_code == (
         200
     )
-    # Watch is refused by the worker itself, before any upstream call.
-    watch = await stack.as_aggregator(f"{V1}/namespaces/team-a/instances?watch=1")
-    assert watch.status_code == 405
+    # A watch through v1 relays the CRD's (a bounded one: it ends by itself).
+    watch = await stack.as_aggregator(
+        f"{V1}/namespaces/team-a/instances?watch=1&timeoutSeconds=1"
+    )
+    assert watch.status_code == 200, watch.text
+    # Writes through v1: the caller authorized, the CRD written with the worker's account.
+    base = f"{V1}/namespaces/team-a/instances"
+    body = {"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance",
+            "metadata": {"name": "rbac-probe"},
+            "spec": {"image": "ubuntu:24.04", "stop": True}}  # fmt: skip
+    made = await stack.as_aggregator(base, method="POST", json=body)
+    assert made.status_code == 201, made.text
+    for _ in range(5):  # the controller writes its status meanwhile: update the latest read
+        latest = (await stack.as_aggregator(f"{base}/rbac-probe")).json()
+        put = await stack.as_aggregator(f"{base}/rbac-probe", method="PUT", json=latest)
+        if put.status_code != 409:
+            break
+    assert put.status_code == 200, put.text
+    merge = [("Content-Type", "application/merge-patch+json")]
+    patched = await stack.as_aggregator(
+        f"{base}/rbac-probe", method="PATCH", json={"spec": {"image": "x"}}, headers=merge
+    )
+    assert patched.status_code == 200, patched.text
+    gone = await stack.as_aggregator(f"{base}/rbac-probe", method="DELETE")
+    assert gone.status_code == 200, gone.text
     # A bearer token sent to the worker directly: TokenReview, then SubjectAccessReview.
     token = next(u.token for u in state.expanded.users if u.name == "no-metrics")
     direct = await stack.request(

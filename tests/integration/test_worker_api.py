@@ -291,17 +291,18 @@ async def test_instances_are_served_as_v1(mixed: WorkerStack) -> None:
     assert '"nope" not found' in missing.json()["message"]
     missing_metrics = await mixed.metrics("team-a", "nope")
     assert missing_metrics.status_code == 404
-    posted = await mixed.request(
-        f"{V1}/namespaces/team-a/instances",
-        method="POST",
-        cert=mixed.cluster.state.pki.front_proxy_client,
-        headers=[("X-Remote-User", "admin"), ("X-Remote-Group", "system:masters")],
+    # The subresource takes no write; an Instance write without a body is a 400 naming it.
+    posted = await mixed.as_aggregator(
+        f"{V1}/namespaces/team-a/instances/llama-70b/metrics", method="POST"
     )
     assert posted.status_code == 405
-    for method in ("OPTIONS", "DELETE"):  # never an unauthenticated empty 200
+    assert posted.json()["reason"] == "MethodNotAllowed"
+    empty = await mixed.as_aggregator(f"{V1}/namespaces/team-a/instances", method="POST")
+    assert empty.status_code == 400
+    assert "not a JSON object" in empty.json()["message"]
+    for method in ("OPTIONS", "DELETE", "POST"):  # never an unauthenticated empty 200
         anonymous = await mixed.request(f"{V1}/namespaces/team-a/instances", method=method)
         assert anonymous.status_code == 401, method
-    assert posted.json()["reason"] == "MethodNotAllowed"
 
 
 # -- authentication and authorization --------------------------------------------------------

@@ -79,17 +79,31 @@ class WorkerStack:
         cert: Path | None = None,
         headers: Sequence[tuple[str, str]] = (),
         method: str = "GET",
+        json: Any = None,
     ) -> httpx.Response:
         async with httpx.AsyncClient(verify=self.tls(cert=cert), trust_env=False) as client:
-            return await client.request(method, self.url + path, headers=list(headers))
+            return await client.request(
+                method, self.url + path, headers=list(headers), json=json
+            )
 
     async def as_aggregator(
-        self, path: str, user: str = "admin", groups: Sequence[str] = ("system:masters",)
+        self,
+        path: str,
+        user: str = "admin",
+        groups: Sequence[str] = ("system:masters",),
+        *,
+        method: str = "GET",
+        json: Any = None,
+        headers: Sequence[tuple[str, str]] = (),
     ) -> httpx.Response:
         """What the kube-aggregator sends: its client certificate and the caller's identity."""
-        headers = [("X-Remote-User", user)] + [("X-Remote-Group", g) for g in groups]
+        identity = [("X-Remote-User", user)] + [("X-Remote-Group", g) for g in groups]
         return await self.request(
-            path, cert=self.cluster.state.pki.front_proxy_client, headers=headers
+            path,
+            cert=self.cluster.state.pki.front_proxy_client,
+            headers=[*identity, *headers],
+            method=method,
+            json=json,
         )
 
     async def through_cluster(self, path: str, user: str = "admin") -> httpx.Response:

@@ -400,3 +400,53 @@ def test_a_recreated_instance_never_publishes_its_predecessor(system: System) ->
         text = system.exposition("gpu-node-2", "nvidia")
         assert f'instance_uid="{first}"' not in text
         time.sleep(1)
+
+
+# -- Instances through worker.gpustack.ai/v1 -------------------------------------------------
+
+
+def test_kubectl_get_instances_prints_the_columns_a_user_wants(system: System) -> None:
+    ready(system, "ops-sliced")
+    ready(system, "ops-mig")
+    done = system.kubectl("get", "instances.v1.worker.gpustack.ai", "-n", "team-ops")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "PHASE", "TYPE", "ACCELERATOR", "NODE", "AGE"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert rows["ops-sliced"][1:5] == ["Ready", "nvidia-h100-80gb-hbm3", "25%", "gpu-node-2"]
+    assert rows["ops-mig"][1:5] == ["Ready", "nvidia-h100-80gb-hbm3", "1g.10gb", "gpu-hybrid-1"]
+
+
+def test_instances_are_written_through_v1(system: System) -> None:
+    body = {"apiVersion": "worker.gpustack.ai/v1", "kind": "Instance",
+            "metadata": {"name": "ops-v1", "namespace": "team-ops"},
+            "spec": {"image": "ubuntu:24.04", "command": ["sleep", "infinity"],
+                     "nodeName": "gpu-node-2",
+                     "resources": {"cpu": "1", "ram": "1Gi"}}}  # fmt: skip
+    made = create(system, body)
+    assert made.returncode == 0, made.stderr
+    stored = ready(system, "ops-v1")  # read at the CRD's version: the write reached the store
+    assert stored["apiVersion"] == "worker.gpustack.ai/v1alpha1"
+    patched = system.kubectl(
+        "patch", "instances.v1.worker.gpustack.ai", "-n", "team-ops", "ops-v1",
+        "--type=merge", "-p", json.dumps({"spec": {"stop": True}}),
+    )  # fmt: skip
+    assert patched.returncode == 0, patched.stderr
+    eventually(lambda: gone(system, "pod", "ops-v1"), "the v1-stopped Instance's Pod gone")
+    strategic = system.kubectl(
+        "patch", "instances.v1.worker.gpustack.ai", "-n", "team-ops", "ops-v1",
+        "-p", json.dumps({"spec": {"stop": False}}),
+    )  # fmt: skip
+    assert strategic.returncode != 0
+    assert "--type=merge" in strategic.stderr
+    bad = {**body, "metadata": {"name": "ops-v1-bad", "namespace": "team-ops"},
+           "spec": {**body["spec"], "resources": {"cpu": "lots"}}}  # fmt: skip
+    refused = create(system, bad)
+    assert refused.returncode != 0
+    assert "spec.resources.cpu" in refused.stderr, refused.stderr
+    deleted = system.kubectl("delete", "instances.v1.worker.gpustack.ai", "-n", "team-ops",
+                             "ops-v1", "--wait=false")  # fmt: skip
+    assert deleted.returncode == 0, deleted.stderr
+    eventually(
+        lambda: gone(system, "instances.v1alpha1.worker.gpustack.ai", "ops-v1"), "ops-v1 gone"
+    )

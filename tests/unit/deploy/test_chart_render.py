@@ -427,8 +427,17 @@ def test_the_workers_rbac() -> None:
         ("worker.gpustack.ai", "instances", "get"),
         ("worker.gpustack.ai", "instances", "list"),
         ("worker.gpustack.ai", "instances", "watch"),
+        # Writes through v1, made with the worker's account once the caller was authorized.
+        ("worker.gpustack.ai", "instances", "create"),
+        ("worker.gpustack.ai", "instances", "update"),
+        ("worker.gpustack.ai", "instances", "patch"),
+        ("worker.gpustack.ai", "instances", "delete"),
         ("", "nodes", "list"),
         ("", "nodes", "watch"),
+        # Node capacity: the Devices by informer, each Node's companion resources patched.
+        ("worker.gpustack.ai", "devices", "list"),
+        ("worker.gpustack.ai", "devices", "watch"),
+        ("", "nodes/status", "patch"),
     }
     features = find(objects, "Role", f"{WORKER}:nodefeatures")
     assert features["metadata"]["namespace"] == NAMESPACE

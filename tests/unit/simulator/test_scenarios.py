@@ -596,12 +596,16 @@ WORKER_ONLY = [
     ("create", "", "pods", "", "team-a"),
     ("patch", WORKER_GROUP, "instances", "status", "team-a"),
     ("update", "coordination.k8s.io", "leases", "", "gpustack-system"),
+    # Writes of Instances through v1 (after the caller's review) and the node-capacity patch.
+    ("create", WORKER_GROUP, "instances", "", "team-a"),
+    ("delete", WORKER_GROUP, "instances", "", "team-a"),
+    ("patch", "", "nodes", "status", ""),
 ]
 DAEMON_DENIED = [
     ("get", "", "configmaps", "", "default"),
     ("get", "", "secrets", "", "kube-system"),
     ("patch", "", "nodes", "", ""),
-    ("create", WORKER_GROUP, "instances", "", "team-a"),
+    ("create", WORKER_GROUP, "instancetypes", "", ""),
 ]
 
 

@@ -65,7 +65,7 @@ def test_api_resource_list() -> None:
                 "singularName": "instance",
                 "namespaced": True,
                 "kind": "Instance",
-                "verbs": ["get", "list"],
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
                 "shortNames": ["inst"],
             },
             {
@@ -103,7 +103,7 @@ def test_aggregated_discovery(version: str) -> None:
                                 "responseKind": {**gvk, "kind": "Instance"},
                                 "scope": "Namespaced",
                                 "singularResource": "instance",
-                                "verbs": ["get", "list"],
+                                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
                                 "shortNames": ["inst"],
                                 "subresources": [
                                     {
@@ -147,8 +147,8 @@ def test_the_legacy_and_aggregated_documents_agree() -> None:
 
 def test_documents_are_fresh_per_call() -> None:
     first = api_resource_list()
-    first["resources"][0]["verbs"].append("delete")
-    assert api_resource_list()["resources"][0]["verbs"] == ["get", "list"]
+    first["resources"][0]["verbs"].append("deletecollection")
+    assert api_resource_list()["resources"][0]["verbs"] == ["create", "delete", "get", "list", "patch", "update", "watch"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,9 +17,11 @@ upstream request, since no object can carry it. Upstream paths are then built on
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
@@ -36,13 +38,14 @@ from gpustack_core.names import (
     path_segment_problem,
 )
 from gpustack_core.status import StatusError, no_route, not_found
-from gpustack_kube.client import ApiError, KubeError
+from gpustack_kube.client import ApiError, KubeClient, KubeError, PatchType
 from gpustack_kube.guard import RequestGuard
 from gpustack_kube.paths import INSTANCES
 from gpustack_worker import discovery, openapi
 from gpustack_worker.admission import MAX_REVIEW_BYTES, PHASES, AdmissionWebhook
 from gpustack_worker.authn import Authenticator, Unauthenticated, UserInfo
 from gpustack_worker.authz import Attributes, AuthorizationError, Authorizer, forbidden_message
+from gpustack_worker.instances_v1 import as_v1, storage_body, table, table_version
 from gpustack_worker.subresource import Sources, Unavailable, instance_metrics
 from gpustack_worker.tls import presented_chain
 
@@ -109,7 +112,8 @@ def build_app(surface: Surface) -> QuartTrio:
     app.asgi_app = RequestGuard(app.asgi_app, _status_rejection)  # type: ignore[method-assign]
     app.config["RESPONSE_TIMEOUT"] = 30
     app.config["BODY_TIMEOUT"] = 10
-    # The only bodies read are admission reviews (one Pod each); the API routes read none.
+    # Bodies read: admission reviews (one Pod each) and Instance writes, both under 3 MiB
+    # (kube-apiserver's own request limit).
     app.config["MAX_CONTENT_LENGTH"] = MAX_REVIEW_BYTES
     if surface.admission is None:
         surface.admission = AdmissionWebhook.of(surface.sources.client)
@@ -166,11 +170,7 @@ class _Routes:
         user = await self.authenticate()
         g.user = user.name  # for the access log, whatever the answer
         if request.method != "GET":
-            raise StatusError(
-                405,
-                f"the server does not allow this method on the requested resource "
-                f"({request.method})",
-            )
+            return await self.write(path, user)
         return await self.route(path, user)
 
     # -- health -----------------------------------------------------------------------------
@@ -256,13 +256,71 @@ class _Routes:
                 return await self.metrics(user, namespace, name)
         raise no_route()
 
+    # -- Instances: writes, proxied to the CRD ---------------------------------------------
+
+    async def write(self, path: str, user: UserInfo) -> Response:
+        """POST, PUT, PATCH and DELETE of Instances (nothing else here takes a write)."""
+        method = request.method
+        try:
+            parts = _segments(path[len(V1) + 1 :]) if path.startswith(V1 + "/") else []
+        except UnicodeDecodeError as exc:
+            raise StatusError(400, "the request path is not valid UTF-8") from exc
+        match method, parts:
+            case "POST", ["namespaces", namespace, "instances"]:
+                return await self.instance_write(user, "create", namespace, None)
+            case ("PUT", ["namespaces", namespace, "instances", name]):
+                return await self.instance_write(user, "update", namespace, name)
+            case ("PATCH", ["namespaces", namespace, "instances", name]):
+                return await self.instance_write(user, "patch", namespace, name)
+            case ("DELETE", ["namespaces", namespace, "instances", name]):
+                return await self.instance_write(user, "delete", namespace, name)
+        raise StatusError(
+            405,
+            f"the server does not allow this method on the requested resource ({method})",
+        )
+
+    async def instance_write(
+        self, user: UserInfo, verb: str, namespace: str, name: str | None
+    ) -> Response:
+        _check_names(namespace, name)
+        await self.authorize(
+            user,
+            Attributes(
+                verb=verb, group=GROUP, resource="instances", namespace=namespace, name=name or ""
+            ),
+        )
+        client = self.surface.sources.client
+        params = {k: request.args[k] for k in WRITE_PARAMS if k in request.args}
+        body = await _body()
+        try:
+            if verb == "create":
+                stored = storage_body(body, namespace, None)
+                answer = await client.create(INSTANCES.path(namespace), stored, params=params)
+                return _json(as_v1(answer), status=201)
+            assert name is not None
+            path = INSTANCES.path(namespace, name)
+            if verb == "update":
+                answer = await client.update(path, storage_body(body, namespace, name))
+            elif verb == "patch":
+                answer = await client.patch(path, _patch_body(body), _patch_type(), params=params)
+            else:
+                answer = await _delete(client, path, body, params)
+        except ApiError as exc:
+            return _upstream_error(exc)
+        except KubeError as exc:
+            raise StatusError(503, f"the Instance store is unavailable: {exc}") from exc
+        return _json(as_v1(answer))
+
     # -- Instances: proxied to the CRD ------------------------------------------------------
 
     async def instances(self, user: UserInfo, namespace: str | None, name: str | None) -> Response:
         _check_names(namespace, name)
         verb = "get" if name is not None else "list"
-        if request.args.get("watch", "").lower() in {"1", "true"}:
-            raise StatusError(405, "watch is not supported on instances of worker.gpustack.ai/v1")
+        watching = request.args.get("watch", "").lower() in {"1", "true"}
+        if watching:
+            if name is not None:
+                raise StatusError(405, "watch one Instance with fieldSelector=metadata.name=…")
+            verb = "watch"
         await self.authorize(
             user,
             Attributes(
@@ -275,13 +333,18 @@ class _Routes:
         )
         path = INSTANCES.path(namespace, name)
         params = {k: request.args[k] for k in LIST_PARAMS if k in request.args and name is None}
+        if watching:
+            return await _watch(self.surface.sources.client, path, params)
         try:
             stored = await self.surface.sources.client.get(path, params)
         except ApiError as exc:
             return _upstream_error(exc)
         except KubeError as exc:
             raise StatusError(503, f"the Instance store is unavailable: {exc}") from exc
-        return _json(_as_v1(stored))
+        version = table_version(request.headers.get("Accept", ""))
+        if version is not None:
+            return _json(table(stored, version))
+        return _json(as_v1(stored))
 
     # -- the subresource --------------------------------------------------------------------
 
@@ -378,18 +441,103 @@ def _upstream_error(error: ApiError) -> Response:
     return _status(StatusError(error.status, error.message or error.reason))
 
 
-def _as_v1(stored: dict[str, Any]) -> dict[str, Any]:
-    """The CRD's objects as ``worker.gpustack.ai/v1`` (same schema, served version)."""
-    converted = dict(stored)
-    if "apiVersion" in converted:
-        converted["apiVersion"] = f"{GROUP}/v1"
-    if isinstance(converted.get("items"), list):
-        converted["kind"] = "InstanceList"
-        converted["apiVersion"] = f"{GROUP}/v1"
-        converted["items"] = [
-            {**item, "apiVersion": f"{GROUP}/v1", "kind": "Instance"}
-            if isinstance(item, dict)
-            else item
-            for item in converted["items"]
-        ]
-    return converted
+WRITE_PARAMS = ("dryRun", "fieldManager", "fieldValidation")
+WATCH_PARAMS = (*LIST_PARAMS, "timeoutSeconds", "allowWatchBookmarks")
+MAX_WATCH_SECONDS = 1800
+"""The longest one watch stream lasts; the client re-watches from its last version."""
+PATCH_TYPES = {t.value: t for t in (PatchType.MERGE, PatchType.JSON)}
+
+
+async def _body() -> object:
+    """The request's JSON body (``None`` when empty); 400 naming the problem otherwise."""
+    raw = await request.get_data(cache=False, as_text=False)
+    data = raw if isinstance(raw, bytes) else raw.encode()
+    if not data.strip():
+        return None
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise StatusError(400, f"the request body is not JSON: {exc}") from exc
+
+
+def _patch_type() -> PatchType:
+    """Merge or JSON patch; a strategic or apply patch is refused as for any custom resource."""
+    content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    found = PATCH_TYPES.get(content_type)
+    if found is None:
+        raise StatusError(
+            415,
+            f"the patch type {content_type or '(none)'} is not supported for Instances, a "
+            f"custom resource: use {PatchType.MERGE.value} or {PatchType.JSON.value} "
+            "(kubectl patch --type=merge or --type=json)",
+        )
+    return found
+
+
+def _patch_body(body: object) -> dict[str, Any] | list[dict[str, Any]]:
+    if isinstance(body, dict):
+        return body
+    if isinstance(body, list) and all(isinstance(op, dict) for op in body):
+        return body
+    raise StatusError(400, "a patch is a JSON object (merge) or a list of operations (JSON)")
+
+
+async def _delete(
+    client: KubeClient, path: str, body: object, params: Mapping[str, str]
+) -> dict[str, Any]:
+    """DELETE with the caller's ``DeleteOptions`` (body or query) carried over."""
+    options = body if isinstance(body, dict) else {}
+    policy = options.get("propagationPolicy") or request.args.get("propagationPolicy")
+    grace = options.get("gracePeriodSeconds", request.args.get("gracePeriodSeconds"))
+    preconditions = options.get("preconditions")
+    return await client.delete(
+        path,
+        propagation_policy=str(policy) if policy else None,
+        preconditions=preconditions if isinstance(preconditions, dict) else None,
+        grace_period_seconds=int(grace) if grace is not None else None,
+        params=dict(params) or None,
+    )
+
+
+async def _watch(client: KubeClient, path: str, params: Mapping[str, str]) -> Response:
+    """The CRD's watch, relayed event by event with each object at ``v1``."""
+    query: dict[str, str | int | bool] = {
+        k: request.args[k] for k in WATCH_PARAMS if k in request.args
+    }
+    query.update(params)
+    try:
+        wanted = int(query.get("timeoutSeconds", MAX_WATCH_SECONDS))
+    except ValueError as exc:
+        raise StatusError(400, "timeoutSeconds is not a whole number") from exc
+    query["timeoutSeconds"] = max(1, min(wanted, MAX_WATCH_SECONDS))
+    events = client.watch(path, query)
+    try:
+        first = await events.__anext__()
+    except StopAsyncIteration:
+        first = None
+    except ApiError as exc:
+        await events.aclose()
+        return _upstream_error(exc)
+
+    async def relay() -> AsyncIterator[bytes]:
+        async with aclosing(events):
+            if first is not None:
+                yield _event_line(first)
+            try:
+                async for event in events:
+                    yield _event_line(event)
+            except ApiError as exc:
+                status = exc.body if exc.body.startswith(b"{") else b"{}"
+                yield b'{"type":"ERROR","object":' + status + b"}\n"
+            except KubeError:
+                return  # the store went away: the client re-watches
+
+    response = Response(relay(), status=200, content_type="application/json;stream=watch")
+    response.timeout = None  # the stream lasts as long as the store's watch
+    return response
+
+
+def _event_line(event: Mapping[str, Any]) -> bytes:
+    obj = event.get("object")
+    converted = {**event, "object": as_v1(obj) if isinstance(obj, dict) else obj}
+    return json.dumps(converted, separators=(",", ":")).encode() + b"\n"

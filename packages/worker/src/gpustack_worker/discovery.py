@@ -33,7 +33,8 @@ METRICS: Final = "metrics"
 INSTANCE_KIND: Final = "Instance"
 METRICS_KIND: Final = "InstanceMetrics"
 SHORT_NAMES: Final = ("inst",)
-INSTANCE_VERBS: Final = ("get", "list")
+INSTANCE_VERBS: Final = ("create", "delete", "get", "list", "patch", "update", "watch")
+"""Every verb of an Instance at ``v1``: reads, watches and writes proxied to the CRD."""
 METRICS_VERBS: Final = ("get",)
 
 DISCOVERY_GROUP: Final = "apidiscovery.k8s.io"

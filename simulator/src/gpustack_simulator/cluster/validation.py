@@ -81,6 +81,19 @@ def _check(value: Any, schema: Mapping[str, Any], path: str, causes: list[Cause]
                     "FieldValueTypeInvalid",
                 )
             )
+        elif (
+            isinstance(value, str)
+            and "pattern" in schema
+            and re.search(schema["pattern"], value) is None
+        ):
+            # A string still answers to the pattern (a quantity's), as kube-apiserver checks.
+            causes.append(
+                Cause(
+                    path,
+                    f'Invalid value: "{value}": {path} in body should match '
+                    f"'{schema['pattern']}'",
+                )
+            )
         return value
     if kind and not _is(value, kind):
         causes.append(

@@ -117,6 +117,8 @@ def _worker_rules() -> tuple[Rule, ...]:
         _rule(["networking.k8s.io"], ["networkpolicies"], [*read, "create", "update", "delete"]),
         _rule([API_GROUP], ["instances"], ["patch"]),
         _rule([API_GROUP], ["instances/status"], ["patch"]),
+        # Writes of Instances through v1, after the caller's SubjectAccessReview.
+        _rule([API_GROUP], ["instances"], ["create", "update", "delete"]),
         _rule([API_GROUP], ["instancetypes"], read),
         _rule([""], ["events"], ["create"]),
         _rule(["node.k8s.io"], ["runtimeclasses"], ["list"]),

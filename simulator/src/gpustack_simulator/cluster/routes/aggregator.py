@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+from collections.abc import AsyncIterator
 
 import httpx
 from quart import Response, request
@@ -30,6 +31,8 @@ class AggregatorRoutes(RouteBase):
         for name in ("Accept", "Content-Type", "User-Agent"):
             if name in request.headers:
                 headers.append((name, request.headers[name]))
+        if request.args.get("watch", "").lower() in {"1", "true"}:
+            return await self._stream(target, headers)
         try:
             async with httpx.AsyncClient(
                 verify=self._worker_tls(), timeout=15, trust_env=False
@@ -45,6 +48,36 @@ class AggregatorRoutes(RouteBase):
             if k.lower() in {"content-type", "cache-control", "audit-id"}
         }
         return Response(answer.content, status=answer.status_code, headers=keep)
+
+    async def _stream(self, target: str, headers: list[tuple[str, str]]) -> Response:
+        """A watch, relayed chunk by chunk as the aggregator's proxy does (no read timeout)."""
+        client = httpx.AsyncClient(
+            verify=self._worker_tls(), timeout=httpx.Timeout(15, read=None), trust_env=False
+        )
+        try:
+            answer = await client.send(client.build_request("GET", target, headers=headers),
+                                       stream=True)  # fmt: skip
+        except httpx.HTTPError as exc:
+            await client.aclose()
+            raise StatusError(503, f"error trying to reach service: {exc}") from exc
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in answer.aiter_raw():
+                    yield chunk
+            except httpx.HTTPError:
+                return
+            finally:
+                await answer.aclose()
+                await client.aclose()
+
+        response = Response(
+            relay(),
+            status=answer.status_code,
+            content_type=answer.headers.get("content-type", "application/json"),
+        )
+        response.timeout = None
+        return response
 
     def _worker_tls(self) -> ssl.SSLContext:
         """Present the front-proxy client certificate; verify the worker if its CA is known.

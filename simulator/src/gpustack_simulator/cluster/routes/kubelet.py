@@ -12,6 +12,7 @@ from gpustack_core.quantity import QuantityError, parse_quantity
 from gpustack_core.status import StatusError, no_route, not_found
 from gpustack_simulator.cluster.podstats import running_pod_stats
 from gpustack_simulator.cluster.routes.base import Caller, RouteBase, json_response, list_item
+from gpustack_simulator.cluster.selectors import Narrowing
 from gpustack_simulator.cluster.state import (
     NODE,
     POD,
@@ -58,7 +59,8 @@ class KubeletRoutes(RouteBase):
         summary["pods"] = [
             *(summary.get("pods") or ()),
             *running_pod_stats(
-                self.state.store.list(POD),
+                # This node's Pods only, from the store's node index (a fleet has thousands).
+                self.state.store.candidates(POD, None, Narrowing(node_name=name)),
                 name,
                 self.api.nodes.managed,
                 time=str(block["cpu"]["time"]),
