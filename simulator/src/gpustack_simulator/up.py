@@ -329,17 +329,29 @@ def register_pod_webhooks(
         "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
         "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
     }
+    _create_all(
+        cluster_ca,
+        token,
+        [
+            (f"{base}/{plural[body['kind']]}", body, f"registering the {body['kind']}")
+            for body in pod_webhook_configurations(worker_url, worker_ca)
+        ],
+    )
+
+
+def _create_all(cluster_ca: Path, token: str, posts: Sequence[tuple[str, Any, str]]) -> None:
+    """POST each ``(url, body, what)`` as ``token``, in order; a refusal is an ``UpError``."""
     with httpx.Client(
         verify=str(cluster_ca),
         headers={"Authorization": f"Bearer {token}"},
-        timeout=10,
+        timeout=15,
         trust_env=False,
     ) as client:
-        for body in pod_webhook_configurations(worker_url, worker_ca):
-            response = client.post(f"{base}/{plural[body['kind']]}", json=body)
+        for url, body, what in posts:
+            response = client.post(url, json=body)
             if response.status_code not in (200, 201):
                 raise UpError(
-                    f"registering the {body['kind']} with the stand-in answered "
+                    f"{what} with the stand-in answered "
                     f"{response.status_code}: {response.text[:300]}"
                 )
 
@@ -361,21 +373,15 @@ def apply_objects(
     Each goes through what a ``kubectl create`` meets: authentication, the admission webhooks,
     the CRD schema. A refusal stops ``up`` with the server's message.
     """
-    with httpx.Client(
-        verify=str(cluster_ca),
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=15,
-        trust_env=False,
-    ) as client:
-        for obj in objects:
-            response = client.post(cluster_url + collection_path(obj), json=obj)
-            if response.status_code not in (200, 201):
-                meta = obj["metadata"]
-                where = f"{meta['namespace']}/" if meta.get("namespace") else ""
-                raise UpError(
-                    f"applying {obj['kind']} {where}{meta['name']} answered "
-                    f"{response.status_code}: {response.text[:300]}"
-                )
+
+    def what(obj: dict[str, Any]) -> str:
+        meta = obj["metadata"]
+        where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+        return f"applying {obj['kind']} {where}{meta['name']}"
+
+    _create_all(
+        cluster_ca, token, [(cluster_url + collection_path(o), o, what(o)) for o in objects]
+    )
 
 
 def _ok(url: str, *, verify: Any = False, headers: dict[str, str] | None = None) -> bool:

@@ -427,15 +427,7 @@ def _never() -> Any:
 def test_the_planned_objects_are_valid_for_the_api_server() -> None:
     """What the cluster run will POST: Pods strictly against Kubernetes' schema, Instances
     against the CRD's own ``openAPIV3Schema``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        validate = pytest.importorskip("kubernetes_validate").validate
-    jsonschema = pytest.importorskip("jsonschema")
-    crd = yaml.safe_load(
-        (REPO / "clusters" / "crds" / "instances.worker.gpustack.ai.yaml").read_text()
-    )
-    [version] = crd["spec"]["versions"]
-    instance_schema = version["schema"]["openAPIV3Schema"]
+    validate, jsonschema, version, instance_schema = _validators()
     plan = plan_demo(demo(), KIND_NODES, "gpustack-operator:e2e")
     for instance, pod in plan.objects:
         assert instance["apiVersion"] == f"worker.gpustack.ai/{version['name']}"
@@ -528,6 +520,13 @@ def test_the_charts_controller_runs_an_instance_across_stop_and_start(
 def test_the_operator_half_objects_are_valid_for_the_api_server() -> None:
     """What the two tests above POST: the Pod against Kubernetes' schema, the Instance against
     the CRD's, so a typo fails here and not only on kind."""
+    validate, jsonschema, _, instance_schema = _validators()
+    validate(plugin_pod("p", "team-a", "n", "img"), "1.30", strict=True)
+    jsonschema.validate(controller_instance("i", "team-a", "n", "img"), instance_schema)
+
+
+def _validators() -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
+    """kubernetes_validate's ``validate``, jsonschema, the CRD's version and its schema."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         validate = pytest.importorskip("kubernetes_validate").validate
@@ -536,7 +535,4 @@ def test_the_operator_half_objects_are_valid_for_the_api_server() -> None:
         (REPO / "clusters" / "crds" / "instances.worker.gpustack.ai.yaml").read_text()
     )
     [version] = crd["spec"]["versions"]
-    validate(plugin_pod("p", "team-a", "n", "img"), "1.30", strict=True)
-    jsonschema.validate(
-        controller_instance("i", "team-a", "n", "img"), version["schema"]["openAPIV3Schema"]
-    )
+    return validate, jsonschema, version, version["schema"]["openAPIV3Schema"]
