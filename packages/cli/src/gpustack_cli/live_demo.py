@@ -8,7 +8,9 @@ here; the tables only lay out the API's answers.
 
 from __future__ import annotations
 
+import signal
 import ssl
+import threading
 import time
 from pathlib import Path
 
@@ -118,9 +120,16 @@ def show(console: Console, reader: Reader, state_dir: Path, *, once: bool = Fals
     )
 
 
-def run_live_demo(state_dir: Path, *, once: bool, scenario: str = "demo") -> int:
-    """Bring the system up, show it (once, or until Ctrl-C), bring it down; the exit code."""
-    console = Console()
+def run_live_demo(
+    state_dir: Path, *, once: bool, scenario: str = "demo", console: Console | None = None
+) -> int:
+    """Bring the system up, show it (once, or until Ctrl-C), bring it down; the exit code.
+
+    Ctrl-C is how the demo is meant to end: wherever it lands (while starting, between
+    screens, mid-read), everything is stopped and the demo exits 0 after one ``stopped …``
+    line. A second Ctrl-C while stopping is ignored, so stopping always finishes.
+    """
+    console = console or Console()
     console.print(f"starting the stand-in, the Device Managers and the worker ({scenario}) …")
     started = time.monotonic()
     try:
@@ -129,11 +138,12 @@ def run_live_demo(state_dir: Path, *, once: bool, scenario: str = "demo") -> int
         console.print(f"[red]the demo did not come up:[/red] {exc}", highlight=False)
         return 1
     except KeyboardInterrupt:  # `up` has stopped whatever it had started
-        console.print("interrupted while starting; everything is stopped")
-        return 130
+        _stop(console, state_dir, interrupted="while starting")
+        return 0
     console.print(f"up in {time.monotonic() - started:.1f}s", highlight=False)
-    reader = Reader(state_dir.resolve(), endpoints)
+    reader: Reader | None = None
     try:
+        reader = Reader(state_dir.resolve(), endpoints)
         deadline = time.monotonic() + 30
         while len(reader.excerpt()) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)  # the exporter publishes after its first round
@@ -150,6 +160,20 @@ def run_live_demo(state_dir: Path, *, once: bool, scenario: str = "demo") -> int
         console.print(f"[red]reading the demo failed:[/red] {exc}", highlight=False)
         return 1
     finally:
-        reader.close()
+        if reader is not None:
+            reader.close()
+        _stop(console, state_dir)
+
+
+def _stop(console: Console, state_dir: Path, *, interrupted: str = "") -> None:
+    """``simulator down`` with Ctrl-C ignored until it is done, then one ``stopped …`` line."""
+    main = threading.current_thread() is threading.main_thread()  # where signals can be set
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
         stopped = down(state_dir)
-        console.print(f"stopped {', '.join(stopped)}", highlight=False)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+    what = ", ".join(stopped) if stopped else "everything (nothing was left running)"
+    note = f" (interrupted {interrupted})" if interrupted else ""
+    console.print(f"stopped {what}{note}", highlight=False, soft_wrap=True)

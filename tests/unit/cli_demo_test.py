@@ -1,0 +1,198 @@
+"""The demo's tables at 80 columns, and Ctrl-C ending the live demo cleanly (exit 0)."""
+
+import signal
+from pathlib import Path
+
+import msgspec
+import pytest
+from rich.console import Console
+
+from gpustack_cli import live_demo
+from gpustack_cli.demo_view import accelerator_table, pod_table, short_ids
+from gpustack_simulator.demo import DemoRow, demo_metrics, load_demo
+from gpustack_simulator.up import Endpoints, UpError
+
+MODES = ("Exclusive", "Shared", "Sliced", "Partitioned", "Visibility")
+
+
+def _live_rows() -> list[DemoRow]:
+    """Rows as the live demo reads them (no device index), with its longer names and modes.
+
+    Real-looking UUIDs that differ early, made-up ones that differ only at the end, two
+    Instances sharing one card, the SSH sidecar's Visibility grant, a PCI address.
+    """
+    offline = demo_metrics(load_demo())
+    template = next(r for r in offline if r.metrics.sample.accelerators)
+    entry = (template.metrics.sample.accelerators or [])[0]
+    grants = [
+        ("team-a", "llama-70b", "GPU-9d4e7a21-3c5b-4f8e-a1d2-7b6c5e4f3a21", "Exclusive"),
+        ("team-a", "embed-a", "GPU-0b1c2d3e-4f5a-4b6c-8d7e-9f0a1b2c3d4e", "Shared"),
+        ("team-b", "embed-b", "GPU-0b1c2d3e-4f5a-4b6c-8d7e-9f0a1b2c3d4e", "Shared"),
+        ("team-b", "qwen-pending", "GPU-6a7b8c9d-0000-1111-2222-333344445501", "Sliced"),
+        ("team-b", "qwen-b", "GPU-6a7b8c9d-0000-1111-2222-333344445502", "Visibility"),
+        (
+            "gpustack-demo",
+            "applied-partitioned",
+            "MIG-1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60002",
+            "Partitioned",
+        ),
+        ("team-c", "hybrid", "0000:8a:00.0", "Exclusive"),
+    ]
+    rows = []
+    for namespace, name, device, mode in grants:
+        metadata = msgspec.structs.replace(
+            template.metrics.metadata, namespace=namespace, name=name
+        )
+        grant = msgspec.structs.replace(entry, id=device, mode=mode, memory_total_mib=196592)
+        sample = msgspec.structs.replace(template.metrics.sample, accelerators=[grant])
+        metrics = msgspec.structs.replace(template.metrics, metadata=metadata, sample=sample)
+        rows.append(DemoRow(metrics, {}, []))
+    return rows
+
+
+ROW_SETS = {"offline": lambda: demo_metrics(load_demo()), "live": _live_rows}
+
+
+def _render(rows: list[DemoRow], width: int) -> str:
+    console = Console(width=width, record=True, color_system=None)
+    console.print(pod_table(rows, title="InstanceMetrics through the aggregator at 12:00:00"))
+    console.print(accelerator_table(rows))
+    return console.export_text()
+
+
+@pytest.mark.parametrize("which", sorted(ROW_SETS))
+def test_at_80_columns_no_name_id_or_mode_is_cut(which: str) -> None:
+    rows = ROW_SETS[which]()
+    text = _render(rows, 80)
+    lines = text.splitlines()
+    assert all(len(line) <= 80 for line in lines), text
+    assert "…" not in text
+    names = {f"{r.metrics.metadata.namespace}/{r.metrics.metadata.name}" for r in rows}
+    ids = {a.id for r in rows for a in r.metrics.sample.accelerators or []}
+    short = short_ids(sorted(ids))
+    for name in names:  # whole, on one line
+        assert any(name in line.split() for line in lines), (name, text)
+    for full, cut in short.items():
+        assert any(cut in line.split() for line in lines), (cut, text)
+        assert len(cut) <= 16
+        if cut != full:  # a shortened id has its legend line
+            assert any(line.split() == [cut, full] for line in lines), (full, text)
+    modes = {a.mode for r in rows for a in r.metrics.sample.accelerators or []}
+    for mode in modes:
+        assert any(mode in line.split() for line in lines), (mode, text)
+    assert "their figures, by #" in text  # too narrow for one table: split, deliberately
+    for header in ("Grants", "Healthy", "Storage MiB"):  # no column cropped off the edge
+        assert header in text, text
+    for row in rows:
+        sample = row.metrics.sample
+        for figure in (sample.cpu_total_milli_cores, sample.storage_total_mib):
+            assert str(figure) in text.replace("/ ", " ").split(), (figure, text)
+
+
+def test_a_wide_terminal_gets_one_table() -> None:
+    text = _render(demo_metrics(load_demo()), 160)
+    assert "their figures" not in text
+    assert "19876 / 20389" in text
+    assert "…" not in text
+
+
+def test_short_ids_stay_distinct_and_leave_short_ones_whole() -> None:
+    ids = [
+        "GPU-6a7b8c9d-0000-1111-2222-333344445500",
+        "GPU-6a7b8c9d-0000-1111-2222-333344445501",
+        "GPU-6a7b8c9d-0000-1111-2222-333344455500",  # same first 8 and last 4
+        "0000:8a:00.0",
+    ]
+    cut = short_ids(ids)
+    assert len(set(cut.values())) == len(ids)
+    assert cut["0000:8a:00.0"] == "0000:8a:00.0"
+    assert cut[ids[0]] == "GPU-6a7b8c9d~44445500"  # 8~4 and 12~4 would collide
+    assert short_ids([ids[0], ids[1]])[ids[0]] == "GPU-6a7b~5500"
+
+
+class _Reader:
+    """A reader whose second read is a Ctrl-C."""
+
+    reads = 0
+
+    def __init__(self, state_dir: Path, endpoints: Endpoints) -> None:
+        self.endpoints = endpoints
+
+    def close(self) -> None:
+        pass
+
+    def excerpt(self, lines: int = 12) -> list[str]:
+        return ["# from https://127.0.0.2:32443/metrics", "gpustack_instance_cpu 1"]
+
+    def rows(self) -> tuple[list[DemoRow], list[str]]:
+        _Reader.reads += 1
+        if _Reader.reads > 1:
+            raise KeyboardInterrupt
+        return demo_metrics(load_demo()), []
+
+
+@pytest.fixture
+def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The live demo with ``up``/``down`` and the reader stood in; what ``down`` saw."""
+    seen: list[str] = []
+    endpoints = Endpoints(
+        scenario="demo",
+        cluster="https://127.0.0.1:1",
+        worker="https://127.0.0.1:2",
+        kubeconfig="/nonexistent/kubeconfig",
+        device_managers=[],
+    )
+
+    def down(state_dir: Path) -> list[str]:
+        # A second Ctrl-C while stopping must not cut the stop short.
+        seen.append("ignored" if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else "open")
+        return ["cluster", "device-manager-gpu-node-1-nvidia", "worker"]
+
+    _Reader.reads = 0
+    monkeypatch.setattr(live_demo, "up", lambda scenario, state_dir: endpoints)
+    monkeypatch.setattr(live_demo, "down", down)
+    monkeypatch.setattr(live_demo, "Reader", _Reader)
+    monkeypatch.setattr(live_demo.time, "sleep", lambda seconds: None)
+    return seen
+
+
+def test_ctrl_c_between_screens_exits_0_with_one_stopped_line(
+    stand_ins: list[str], tmp_path: Path
+) -> None:
+    console = Console(width=80, record=True, color_system=None)
+    before = signal.getsignal(signal.SIGINT)
+    code = live_demo.run_live_demo(tmp_path, once=False, console=console)
+    assert code == 0
+    lines = console.export_text().splitlines()
+    assert lines[-2:] == [
+        "stopping …",
+        "stopped cluster, device-manager-gpu-node-1-nvidia, worker",
+    ]
+    assert stand_ins == ["ignored"]
+    assert signal.getsignal(signal.SIGINT) is before  # restored after stopping
+
+
+def test_ctrl_c_while_starting_exits_0_and_says_so(
+    stand_ins: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(scenario: str, state_dir: Path) -> Endpoints:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(live_demo, "up", interrupted)
+    console = Console(width=80, record=True, color_system=None)
+    assert live_demo.run_live_demo(tmp_path, once=False, console=console) == 0
+    last = console.export_text().splitlines()[-1]
+    assert last.startswith("stopped cluster, ")
+    assert last.endswith("(interrupted while starting)")
+
+
+def test_a_demo_that_does_not_come_up_exits_1(
+    stand_ins: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(scenario: str, state_dir: Path) -> Endpoints:
+        raise UpError("worker exited with status 1")
+
+    monkeypatch.setattr(live_demo, "up", failing)
+    console = Console(width=80, record=True, color_system=None)
+    assert live_demo.run_live_demo(tmp_path, once=False, console=console) == 1
+    assert "the demo did not come up: worker exited" in console.export_text()
