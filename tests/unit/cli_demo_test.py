@@ -1,6 +1,9 @@
 """The demo's tables at 80 columns, and Ctrl-C ending the live demo cleanly (exit 0)."""
 
+import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -145,7 +148,8 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     def down(state_dir: Path) -> list[str]:
         # A second Ctrl-C while stopping must not cut the stop short.
-        seen.append("ignored" if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else "open")
+        deaf = all(signal.getsignal(n) is signal.SIG_IGN for n in (signal.SIGINT, signal.SIGTERM))
+        seen.append("ignored" if deaf else "open")
         return ["cluster", "device-manager-gpu-node-1-nvidia", "worker"]
 
     _Reader.reads = 0
@@ -196,3 +200,63 @@ def test_a_demo_that_does_not_come_up_exits_1(
     console = Console(width=80, record=True, color_system=None)
     assert live_demo.run_live_demo(tmp_path, once=False, console=console) == 1
     assert "the demo did not come up: worker exited" in console.export_text()
+
+
+STUBBED_DEMO = """
+import sys
+from pathlib import Path
+
+from gpustack_cli import live_demo
+from gpustack_simulator.demo import demo_metrics, load_demo
+from gpustack_simulator.up import Endpoints
+
+
+class Reader:
+    def __init__(self, state_dir, endpoints):
+        self.endpoints = endpoints
+
+    def close(self):
+        pass
+
+    def excerpt(self, lines=12):
+        return ["# from https://127.0.0.2:32443/metrics", "gpustack_instance_cpu 1"]
+
+    def rows(self):
+        return demo_metrics(load_demo()), []
+
+
+endpoints = Endpoints(scenario="demo", cluster="https://127.0.0.1:1", worker="w", kubeconfig="k")
+live_demo.up = lambda scenario, state_dir: endpoints
+live_demo.down = lambda state_dir: ["cluster", "worker"]
+live_demo.Reader = Reader
+sys.exit(live_demo.run_live_demo(Path(sys.argv[1]), once=False))
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_whole_process_group_ends_the_demo_cleanly(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """As ``./dev demo`` gets Ctrl-C: the signal reaches every process of the group at once."""
+    script = tmp_path / "demo.py"
+    script.write_text(STUBBED_DEMO)
+    demo = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group, so killpg reaches it and nothing else
+    )
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            if "refreshing every" in line:  # on screen, now sleeping between screens
+                break
+        os.killpg(demo.pid, signum)
+        rest, errors = demo.communicate(timeout=30)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 0, errors
+    assert "Traceback" not in errors
+    assert rest.splitlines()[-2:] == ["stopping …", "stopped cluster, worker"]

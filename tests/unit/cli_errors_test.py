@@ -34,6 +34,9 @@ def files(tmp_path: Path) -> dict[str, str]:
         "WRONG": str(wrong),
         "OUT": str(tmp_path / "out.yaml"),
         "T4": T4,
+        "FILE": str(wrong),
+        "DIR": str(tmp_path),
+        "SCENARIO": str(RECORDINGS / "scenarios" / "demo.yaml"),
     }
 
 
@@ -128,6 +131,24 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("record no vendor", ["simulator", "record", "-o", "OUT"], 2, "Missing option '--vendor'"),
     ("worker port out of range", ["worker", "--secure-port", "99999"], 2, "--secure-port"),
     ("unknown command", ["bogus"], 2, "No such command 'bogus'"),
+    ("worker bad log level", ["worker", "--log-level", "loud"], 2, "'loud' is not one of"),
+    ("demo --json without --offline", ["demo", "--json"], 2, "--json needs --offline"),
+    ("up into a file", ["simulator", "up", "--state-dir", "FILE"], 1, "Not a directory"),
+    ("down from a file", ["simulator", "down", "--state-dir", "FILE"], 1, "Not a directory"),
+    (
+        "cluster into a file",
+        ["simulator", "cluster", "--state-dir", "FILE", "--scenario", "demo"],
+        1,
+        "Not a directory",
+    ),
+    ("list a missing folder", ["simulator", "list", "MISSING"], 1, "is not a folder"),
+    ("replay a folder", ["simulator", "replay", "DIR"], 1, "Is a directory"),
+    (
+        "detect a scenario, not a recording",
+        ["device-manager", "detect", "--simulate", "SCENARIO"],
+        1,
+        "$.schema",
+    ),
 ]
 
 

@@ -8,10 +8,12 @@ here; the tables only lay out the API's answers.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import ssl
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -130,12 +132,40 @@ def run_live_demo(
     line. A second Ctrl-C while stopping is ignored, so stopping always finishes.
     """
     console = console or Console()
+    with _sigterm_as_ctrl_c():
+        return _run(console, state_dir, once=once, scenario=scenario)
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (``kill``, a closing terminal's supervisor) stops the demo as Ctrl-C does.
+
+    Python's default for SIGTERM is to die on the spot, which would leave every process ``up``
+    started running in the background.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(console: Console, state_dir: Path, *, once: bool, scenario: str) -> int:
     console.print(f"starting the stand-in, the Device Managers and the worker ({scenario}) …")
     started = time.monotonic()
     try:
         endpoints = up(scenario, state_dir)
     except UpError as exc:
-        console.print(f"[red]the demo did not come up:[/red] {exc}", highlight=False)
+        console.print(
+            f"[red]the demo did not come up:[/red] {exc}", highlight=False, soft_wrap=True
+        )
         return 1
     except KeyboardInterrupt:  # `up` has stopped whatever it had started
         _stop(console, state_dir, interrupted="while starting")
@@ -166,14 +196,15 @@ def run_live_demo(
 
 
 def _stop(console: Console, state_dir: Path, *, interrupted: str = "") -> None:
-    """``simulator down`` with Ctrl-C ignored until it is done, then one ``stopped …`` line."""
+    """``simulator down``, deaf to Ctrl-C and SIGTERM until done; then one ``stopped …`` line."""
     main = threading.current_thread() is threading.main_thread()  # where signals can be set
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    signals = (signal.SIGINT, signal.SIGTERM) if main else ()
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in signals}
     try:
         stopped = down(state_dir)
     finally:
-        if main:
-            signal.signal(signal.SIGINT, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     what = ", ".join(stopped) if stopped else "everything (nothing was left running)"
     note = f" (interrupted {interrupted})" if interrupted else ""
     console.print(f"stopped {what}{note}", highlight=False, soft_wrap=True)

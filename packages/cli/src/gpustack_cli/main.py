@@ -78,6 +78,8 @@ def demo(
     ] = False,
 ) -> None:
     """Start the stand-in, a Device Manager per node and manufacturer, and the worker; show them."""
+    if as_json and not offline:
+        raise typer.BadParameter("--json needs --offline (the live demo shows tables)")
     if offline:
         from gpustack_cli.demo_view import run_demo
 
@@ -608,10 +610,11 @@ def sim_cluster(
                 kubelet_dir=kubelet_dir,
             )
         )
-    except (StandinError, ContractError, FileNotFoundError, BaseExceptionGroup) as exc:
-        # A bad flag or scenario is a one-line error, not a traceback; anything else is a bug.
+    except (StandinError, ContractError, OSError, BaseExceptionGroup) as exc:
+        # A bad flag, scenario or state directory is a one-line error, not a traceback;
+        # anything else is a bug.
         found: Exception | None = None
-        for kind in (StandinError, ContractError, FileNotFoundError):
+        for kind in (StandinError, ContractError, OSError):
             found = found or _first(exc, kind)
         if found is None:
             raise
@@ -667,9 +670,8 @@ def sim_up(
 
     try:
         endpoints = up(scenario, state_dir, monitor_period=monitor_period, fleet=fleet)
-    except UpError as exc:
-        typer.echo(f"gpustack-operator simulator up: {exc}", err=True)
-        raise typer.Exit(code=1) from exc
+    except (UpError, OSError) as exc:  # OSError: a state directory that cannot be written
+        fail("gpustack-operator simulator up", exc)
     typer.echo(f"cluster     {endpoints.cluster}")
     typer.echo(f"worker      {endpoints.worker}")
     shown = endpoints.device_managers[:20]
@@ -726,7 +728,8 @@ def sim_down(
     """Stop everything `simulator up` started in that state directory."""
     from gpustack_simulator.up import down
 
-    stopped = down(state_dir)
+    with user_errors("gpustack-operator simulator down"):
+        stopped = down(state_dir)
     typer.echo(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
 
 

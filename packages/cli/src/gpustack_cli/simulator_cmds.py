@@ -68,7 +68,14 @@ def cards(recording: Recording) -> int:
 
 
 def list_recordings(root: Path, console: Console) -> int:
-    """A table of every recording under ``root``; invalid ones are listed as such."""
+    """A table of every recording under ``root``; invalid ones are listed as such.
+
+    A ``root`` that is not a folder is one line on stderr and exit 1.
+    """
+    if not root.is_dir():
+        from gpustack_cli.errors import fail
+
+        fail("gpustack-operator simulator list", f"{root} is not a folder of recordings")
     table = Table(title=f"recordings under {root}")
     for column in ("File", "Vendor", "Cards", "Provenance", "Description"):
         table.add_column(column)
