@@ -384,6 +384,25 @@ def apply_objects(
     )
 
 
+def _instances_ready(
+    cluster_url: str, cluster_ca: Path, token: str, objects: Sequence[dict[str, Any]]
+) -> bool:
+    """Whether every applied Instance that is not stopped reports phase ``Ready``."""
+    wanted = [o for o in objects if o["kind"] == "Instance" and not o["spec"].get("stop")]
+    with httpx.Client(
+        verify=str(cluster_ca),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=5,
+        trust_env=False,
+    ) as client:
+        for obj in wanted:
+            url = f"{cluster_url}{collection_path(obj)}/{quote(obj['metadata']['name'], safe='')}"
+            found = client.get(url)
+            if found.status_code != 200 or found.json().get("status", {}).get("phase") != "Ready":
+                return False
+    return True
+
+
 def _ok(url: str, *, verify: Any = False, headers: dict[str, str] | None = None) -> bool:
     response = httpx.get(url, verify=verify, headers=headers, timeout=2, trust_env=False)
     return response.status_code == 200
@@ -698,6 +717,13 @@ def _open_to_users(
         (state_dir / "worker-tls" / "ca.crt").read_bytes(),
     )
     apply_objects(cluster_url, cluster_ca, token, expanded.applied)
+    _wait(
+        cluster,
+        lambda: _instances_ready(cluster_url, cluster_ca, token, expanded.applied),
+        deadline,
+        "the applied Instances were Ready",
+        interval=0.25,
+    )
 
 
 def _fresh_state(state_dir: Path) -> Path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 import trio
 import trio.testing
@@ -133,4 +135,25 @@ async def test_nodes_nobody_reads_are_evicted(autojump_clock: trio.testing.MockC
         await trio.sleep(10)  # within max_age: the busy node's summary is still served
         await cache.get("busy")
         assert kubelets.reads["busy"] == 1
+        background.cancel_scope.cancel()
+
+
+async def test_a_pod_started_after_the_cached_read_costs_one_more_read() -> None:
+    """A summary read before a Pod started cannot list it: ``newer_than`` reads again, once."""
+    kubelets = Kubelets()
+    kubelets.delay = 0
+    async with trio.open_nursery() as background:
+        cache = SummaryCache(kubelets.read, background)
+        await cache.get("n")
+        assert kubelets.reads == {"n": 1}
+        before = datetime.now(UTC) - timedelta(minutes=1)
+        await cache.get("n", newer_than=before)  # the Pod predates the read: a hit
+        assert kubelets.reads == {"n": 1}
+        later = datetime.now(UTC) + timedelta(seconds=1)  # the Pod started after the read
+        await cache.get("n", newer_than=later)
+        assert kubelets.reads == {"n": 2}
+        await cache.get("n", newer_than=later)  # no read began after it yet: read again
+        assert kubelets.reads == {"n": 3}
+        await cache.get("n", newer_than=datetime.now(UTC) - timedelta(seconds=1))
+        assert kubelets.reads == {"n": 3}, "a read that began after the start answers it"
         background.cancel_scope.cancel()

@@ -154,6 +154,8 @@ class PodStatus(Wire, frozen=True, kw_only=True):
     container_statuses: tuple[ContainerStatus, ...] = ()
     init_container_statuses: tuple[ContainerStatus, ...] = ()
     ephemeral_container_statuses: tuple[ContainerStatus, ...] = ()
+    start_time: AwareDatetime | None = None
+    """When the kubelet accepted the Pod: a node summary read before it cannot list it."""
 
 
 class Pod(Wire, frozen=True, kw_only=True):

@@ -7,6 +7,10 @@ and hands the monitor and the exporter each Pod with the unconfirmed grants remo
 is logged once per claim. The snapshot then lists the confirmed grants (``grants``), so the
 worker drops the same claims from the subresource.
 
+A grant the plugin has just written is in the annotation before the kubelet records it (the
+kubelet records an assignment once ``Allocate`` answered), so a claim is reported only once it
+stayed unconfirmed across :data:`PATIENCE` fresh Lists; it is withheld meanwhile all the same.
+
 Until the first List answers, nothing is confirmed (figures of granted cards are absent, not
 taken on trust); a List that fails later keeps the last assignments read (a kubelet restart is
 brief, and its record outlives it).
@@ -29,6 +33,8 @@ from gpustack_kube.kubeletapi.api import read_pod_resources
 log = logging.getLogger("gpustack.devicemanager.confirmation")
 
 LIST_TIMEOUT = 2.0
+PATIENCE = 2
+"""Fresh PodResources Lists a claim stays unconfirmed through before its reason is logged."""
 
 
 def read_assignments(socket: Path) -> Assigned:
@@ -48,6 +54,8 @@ class GrantConfirmation:
         self.reads = 0
         self.failures = 0
         self._told: set[str] = set()
+        self._seen_at: dict[str, int] = {}
+        """Reason → the List count when it was first met (a claim the kubelet may yet record)."""
 
     async def run(self) -> None:
         """Re-read the assignments every period, for ever."""
@@ -65,20 +73,28 @@ class GrantConfirmation:
         """Each Pod with its unconfirmed grants removed (each reason logged once)."""
         assigned = self.assigned or {}
         answer = []
+        current: set[str] = set()
         for entry in entries:
             if not entry.grants:
                 answer.append(entry)
                 continue
             meta = entry.pod.metadata
             verdict = confirm(meta.namespace, meta.name, entry.grants, entry.device_ids, assigned)
+            current.update(verdict.dropped)
             for reason in verdict.dropped:
-                if self.assigned is not None and reason not in self._told:
+                if self.assigned is None or reason in self._told:
+                    continue
+                first = self._seen_at.setdefault(reason, self.reads)
+                if self.reads - first >= PATIENCE:
                     self._told.add(reason)
+                    del self._seen_at[reason]
                     log.warning("%s", reason)
             if len(verdict.kept) == len(entry.grants):
                 answer.append(entry)
             else:
                 answer.append(dataclasses.replace(entry, grants=verdict.kept))
+        for settled in self._seen_at.keys() - current:  # confirmed since, or the Pod gone
+            del self._seen_at[settled]
         return answer
 
     def wrap(self, pods: Callable[[], list[NodePod] | None]) -> Callable[[], list[NodePod] | None]:

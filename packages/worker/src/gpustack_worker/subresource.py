@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import trio
@@ -187,6 +187,15 @@ async def _usage(sources: Sources, pod: Pod) -> PodUsage:
     try:
         summary = await sources.summaries.get(pod.spec.node_name)
         usage = usage_from_summary(summary, namespace=meta.namespace, name=meta.name, uid=meta.uid)
+        if usage is None and pod.status.start_time is not None:
+            # Started after the cached read was made: read again (once per Pod start). The
+            # API states times in whole seconds, so "after" is a second past the stamp.
+            summary = await sources.summaries.get(
+                pod.spec.node_name, newer_than=pod.status.start_time + timedelta(seconds=1)
+            )
+            usage = usage_from_summary(
+                summary, namespace=meta.namespace, name=meta.name, uid=meta.uid
+            )
         kubelet = (
             "the kubelet has no usable entry for the Pod (unknown yet, or figures beyond any "
             "node's capacity)"

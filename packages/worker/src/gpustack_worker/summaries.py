@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import trio
 
@@ -58,14 +59,26 @@ class SummaryCache:
         self._max_age = max_age
         self._timeout = timeout
         self._cached: dict[str, tuple[float, Summary]] = {}
+        self._read_at: dict[str, datetime] = {}
+        """Wall-clock start of the read each cached summary came from."""
         self._flights: dict[str, _Flight] = {}
         self._reads = self._hits = self._shared = 0
         self._swept_at = -float("inf")
 
-    async def get(self, node: str) -> Summary:
-        """The node's summary, at most ``max_age`` old; raises what the read raised."""
+    async def get(self, node: str, *, newer_than: datetime | None = None) -> Summary:
+        """The node's summary, at most ``max_age`` old; raises what the read raised.
+
+        ``newer_than``: a cached summary read before that wall-clock moment does not do (a Pod
+        that started after the read cannot be in it); a read is made, or joined, instead. Once
+        a read that began after ``newer_than`` is cached, it answers every such caller: a Pod
+        start costs one kubelet read, not one per caller.
+        """
         cached = self._cached.get(node)
-        if cached is not None and trio.current_time() - cached[0] <= self._max_age:
+        if (
+            cached is not None
+            and trio.current_time() - cached[0] <= self._max_age
+            and (newer_than is None or self._read_at.get(node, newer_than) > newer_than)
+        ):
             self._hits += 1
             return cached[1]
         flight = self._flights.get(node)
@@ -83,6 +96,7 @@ class SummaryCache:
 
     async def _fly(self, node: str, flight: _Flight) -> None:
         self._reads += 1
+        started = datetime.now(UTC)
         try:
             with trio.fail_after(self._timeout):
                 flight.summary = await self._read(node)
@@ -91,6 +105,7 @@ class SummaryCache:
         else:
             now = trio.current_time()
             self._cached[node] = (now, flight.summary)
+            self._read_at[node] = started
             self._sweep(now)
         finally:
             del self._flights[node]
@@ -108,6 +123,7 @@ class SummaryCache:
         self._swept_at = now
         for node in [n for n, (at, _) in self._cached.items() if now - at > self._max_age]:
             del self._cached[node]
+            self._read_at.pop(node, None)
 
     @property
     def cached_nodes(self) -> frozenset[str]:
