@@ -4,6 +4,7 @@
   arithmetic, used by every daemon, so a figure means the same thing wherever it is computed.
 - ``gpustack_vendors`` imports only core: a backend is handed its binding and knows no daemon.
 - ``gpustack_kube`` imports only core: the cluster client serves both daemons.
+- ``gpustack_serving`` imports only core and kube: what both daemons' secure ports share.
 - The daemons (``gpustack_devicemanager``, ``gpustack_worker``) never import each other, the
   simulator or the CLI.
 - The simulator imports no daemon and no CLI; only the CLI composes everything. The one
@@ -31,6 +32,7 @@ OURS: Final = (
     "gpustack_core",
     "gpustack_vendors",
     "gpustack_kube",
+    "gpustack_serving",
     "gpustack_devicemanager",
     "gpustack_worker",
     "gpustack_simulator",
@@ -40,8 +42,11 @@ ALLOWED: Final[dict[str, frozenset[str]]] = {
     "gpustack_core": frozenset(),
     "gpustack_vendors": frozenset({"gpustack_core"}),
     "gpustack_kube": frozenset({"gpustack_core"}),
-    "gpustack_devicemanager": frozenset({"gpustack_core", "gpustack_kube", "gpustack_vendors"}),
-    "gpustack_worker": frozenset({"gpustack_core", "gpustack_kube"}),
+    "gpustack_serving": frozenset({"gpustack_core", "gpustack_kube"}),
+    "gpustack_devicemanager": frozenset(
+        {"gpustack_core", "gpustack_kube", "gpustack_serving", "gpustack_vendors"}
+    ),
+    "gpustack_worker": frozenset({"gpustack_core", "gpustack_kube", "gpustack_serving"}),
     "gpustack_simulator": frozenset({"gpustack_core", "gpustack_kube", "gpustack_vendors"}),
     "gpustack_cli": frozenset(OURS),
 }

@@ -18,7 +18,7 @@ from gpustack_devicemanager.health import STALE_PERIODS, Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.monitor import TickContext, run_monitor
 from gpustack_devicemanager.tls import ReloadableConfig
-from gpustack_kube.certs import CertReloader
+from gpustack_serving.certs import CertReloader
 from gpustack_vendors.model import CardSample, Detection
 
 PERIOD = 15.0

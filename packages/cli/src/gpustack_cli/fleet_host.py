@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ import trio
 
 from gpustack_devicemanager.daemon import Running, ServeOptions, serve
 from gpustack_kube.config import KubeConfig, load_config
+from gpustack_serving.signals import serve_until_signalled as until_signalled
 from gpustack_simulator.fleet_host import (
     STARTING_AT_ONCE,
     FleetSpec,
@@ -100,23 +100,19 @@ async def serve_fleet(
 async def serve_until_signalled(spec: FleetSpec) -> None:
     """The process's foreground mode: SIGTERM or SIGINT stops every member gracefully."""
     started = time.monotonic()
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            fleet: FleetRunning = await nursery.start(
-                lambda task_status: serve_fleet(spec, task_status=task_status)
-            )
-            log.info(
-                "%d Device Managers listening %.1f s after start (RSS %.0f MiB, %d recordings "
-                "parsed)",
-                len(fleet.members),
-                time.monotonic() - started,
-                resident_mib(),
-                fleet.recordings_parsed,
-            )
-            async for signum in signals:
-                log.info("received %s, stopping", signal.Signals(signum).name)
-                fleet.shutdown.set()
-                break
+
+    def announce(fleet: FleetRunning) -> None:
+        log.info(
+            "%d Device Managers listening %.1f s after start (RSS %.0f MiB, %d recordings parsed)",
+            len(fleet.members),
+            time.monotonic() - started,
+            resident_mib(),
+            fleet.recordings_parsed,
+        )
+
+    await until_signalled(
+        lambda task_status: serve_fleet(spec, task_status=task_status), announce, log
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

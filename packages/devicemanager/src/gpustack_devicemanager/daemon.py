@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import signal
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -39,12 +36,14 @@ from gpustack_devicemanager.podview import NodePod, node_pod
 from gpustack_devicemanager.publish import Publisher, detected_groups, run_publisher
 from gpustack_devicemanager.server import build_app
 from gpustack_devicemanager.tls import ReloadableConfig
-from gpustack_kube.certs import CERT_FILE, KEY_FILE, CertReloader, self_signed
 from gpustack_kube.client import KubeClient
 from gpustack_kube.config import KubeConfig, load_config
 from gpustack_kube.informer import Informer
 from gpustack_kube.kubelet import KubeletAccess
 from gpustack_kube.paths import INSTANCES, PODS
+from gpustack_serving.certs import CertReloader, serving_hosts, serving_pair
+from gpustack_serving.config import hypercorn_config, terminate_tls
+from gpustack_serving.signals import serve_until_signalled as until_signalled
 from gpustack_vendors.model import Detection
 from gpustack_vendors.protocol import Backend
 
@@ -133,10 +132,7 @@ def _hosts(options: ServeOptions) -> list[str]:
     ``POD_IP`` (the downward API's ``status.podIP``) is the address Prometheus and the worker
     dial.
     """
-    hosts = [*options.hosts, options.node_name, socket.gethostname(), os.environ.get("POD_IP", "")]
-    if options.bind_address not in {"0.0.0.0", "::"}:
-        hosts.append(options.bind_address)
-    return list(dict.fromkeys(h for h in hosts if h))
+    return serving_hosts([*options.hosts, options.node_name], options.bind_address)
 
 
 @dataclass(frozen=True)
@@ -223,19 +219,16 @@ async def serve(
     limiter = trio.CapacityLimiter(LIBRARY_THREADS)
     shutdown = trio.Event()
 
-    cert, key = (
-        (options.cert_dir / CERT_FILE, options.cert_dir / KEY_FILE)
-        if options.cert_dir is not None
-        else self_signed(_hosts(options), organization="gpustack device-manager")
+    cert, key = serving_pair(
+        options.cert_dir, lambda: _hosts(options), organization="gpustack device-manager"
     )
-    config = ReloadableConfig()
-    config.bind = [f"{options.bind_address}:{options.secure_port}"]
-    config.certfile, config.keyfile = str(cert), str(key)
-    config.alpn_protocols = ["h2", "http/1.1"]
-    config.accesslog = None
-    # Hypercorn's own messages go through our logging (and its JSON format), not a 2nd handler.
-    config.errorlog = logging.getLogger("gpustack.devicemanager.http")
-    config.graceful_timeout = 2.0
+    config = terminate_tls(
+        hypercorn_config(ReloadableConfig(), "gpustack.devicemanager.http"),
+        options.bind_address,
+        options.secure_port,
+        cert,
+        key,
+    )
     reloader = CertReloader(config.load, cert, key)
 
     async with trio.open_nursery() as nursery:
@@ -372,18 +365,15 @@ async def start_publisher(
 
 async def serve_until_signalled(options: ServeOptions, backend: Backend) -> None:
     """The CLI's foreground mode: SIGTERM or SIGINT stops the daemon gracefully."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            running: Running = await nursery.start(
-                lambda task_status: serve(options, backend, task_status=task_status)
-            )
-            log.info(
-                "device manager for %s on %s at %s",
-                options.manufacturer,
-                options.node_name,
-                ", ".join(running.urls),
-            )
-            async for signum in signals:
-                log.info("received %s, stopping", signal.Signals(signum).name)
-                running.shutdown.set()
-                break
+
+    def announce(running: Running) -> None:
+        log.info(
+            "device manager for %s on %s at %s",
+            options.manufacturer,
+            options.node_name,
+            ", ".join(running.urls),
+        )
+
+    await until_signalled(
+        lambda task_status: serve(options, backend, task_status=task_status), announce, log
+    )

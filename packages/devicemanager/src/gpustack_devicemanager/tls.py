@@ -3,7 +3,7 @@
 Hypercorn builds its ``SSLContext`` once; loading a new chain into that same context changes
 what every *later* handshake presents, so a rotated certificate (cert-manager writing
 ``tls.crt``/``tls.key``) takes effect without a restart or a dropped connection. Watching the
-files is :class:`gpustack_kube.certs.CertReloader`'s job; this module only loads.
+files is :class:`gpustack_serving.certs.CertReloader`'s job; this module only loads.
 """
 
 from __future__ import annotations

@@ -1,32 +1,25 @@
-"""Serving certificates of the in-cluster daemons: self-signed at start, or rotated from disk.
+"""Serving certificates of the in-cluster daemons: the file names, and a self-signed pair.
 
 Both daemons serve HTTPS on a secure port with either a throwaway certificate (consumers skip
 verification of the Device Manager's by design; the worker's is pinned by the ``APIService``'s
 ``caBundle`` when one is given) or a ``--cert-dir`` pair that cert-manager may rotate at any
-time. A rotation is loaded without a restart or a dropped connection, and one that fails to load
-keeps the previous certificate and is logged — a half-written pair must not take the port down.
+time. Choosing between them and reloading a rotated pair is :mod:`gpustack_serving.certs`'s job;
+the simulator's stand-in and the tests mint pairs here too.
 """
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
-import logging
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import trio
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-log = logging.getLogger("gpustack.certs")
-
-RELOAD_INTERVAL = 10.0
-"""How often ``--cert-dir`` is checked for a rotated pair (seconds)."""
 CERT_FILE, KEY_FILE, CA_FILE = "tls.crt", "tls.key", "ca.crt"
 
 
@@ -158,63 +151,3 @@ def self_signed(
     key.chmod(0o600)
     key.write_bytes(_pem_key(leaf_key))
     return cert, key
-
-
-def _digest(cert: Path, key: Path) -> str:
-    return hashlib.sha256(cert.read_bytes() + b"\0" + key.read_bytes()).hexdigest()
-
-
-class CertReloader:
-    """Watches a cert/key pair and hands a changed one to ``apply``.
-
-    ``apply`` loads the pair into whatever serves it and raises if it does not load; the
-    reloader then keeps the previous certificate and retries on the next change.
-    """
-
-    def __init__(
-        self,
-        apply: Callable[[Path, Path], None],
-        cert: Path,
-        key: Path,
-        interval: float = RELOAD_INTERVAL,
-    ) -> None:
-        self.apply = apply
-        self.cert = cert
-        self.key = key
-        self.interval = interval
-        self.loaded = _digest(cert, key)
-        self.reloads = 0
-        self.failures = 0
-
-    def check(self) -> bool:
-        """Reload if the pair changed and loads cleanly; return whether it did."""
-        try:
-            digest = _digest(self.cert, self.key)
-        except OSError as exc:
-            self.failures += 1
-            log.warning(
-                "cannot read %s / %s, keeping the current certificate: %s", self.cert, self.key, exc
-            )
-            return False
-        if digest == self.loaded:
-            return False
-        try:
-            self.apply(self.cert, self.key)
-        except Exception as exc:  # whatever the TLS library raises: keep serving the old pair
-            self.failures += 1
-            log.warning(
-                "new certificate in %s does not load, keeping the current one: %s",
-                self.cert.parent,
-                exc,
-            )
-            return False
-        self.loaded = digest
-        self.reloads += 1
-        log.info("serving certificate reloaded from %s", self.cert.parent)
-        return True
-
-    async def run(self) -> None:
-        """Check every ``interval`` seconds, for ever."""
-        while True:
-            await trio.sleep(self.interval)
-            self.check()

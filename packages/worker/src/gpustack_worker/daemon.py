@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,11 +24,14 @@ from hypercorn.config import Config
 from gpustack_core import contract
 from gpustack_core.kubelet import Summary, parse_summary
 from gpustack_core.snapshot import Freshness
-from gpustack_kube.certs import CA_FILE, CERT_FILE, KEY_FILE, CertReloader, self_signed
+from gpustack_kube.certs import CA_FILE
 from gpustack_kube.client import KubeClient, KubeError
 from gpustack_kube.config import KubeConfig, KubeConfigError, load_config
 from gpustack_kube.kubelet import KubeletAccess, SummaryReader
 from gpustack_kube.paths import CONFIGMAPS, TOKEN_REVIEWS
+from gpustack_serving.certs import CertReloader, serving_hosts, serving_pair
+from gpustack_serving.config import hypercorn_config
+from gpustack_serving.signals import serve_until_signalled as until_signalled
 from gpustack_worker.api import Surface, build_app
 from gpustack_worker.authn import (
     AuthenticationSettings,
@@ -230,11 +232,8 @@ SERVICE = "gpustack-operator-worker"
 
 def _hosts(options: WorkerOptions) -> list[str]:
     service = f"{SERVICE}.{options.system_namespace}"
-    hosts = [*options.hosts, service, f"{service}.svc", f"{service}.svc.cluster.local"]
-    hosts += [socket.gethostname(), os.environ.get("POD_IP", "")]  # POD_IP: downward API
-    if options.bind_address not in {"0.0.0.0", "::"}:
-        hosts.append(options.bind_address)
-    return list(dict.fromkeys(h for h in hosts if h))
+    names = [*options.hosts, service, f"{service}.svc", f"{service}.svc.cluster.local"]
+    return serving_hosts(names, options.bind_address)  # + this host, POD_IP (downward API)
 
 
 async def serve(
@@ -254,10 +253,8 @@ async def serve(
             "no Kubernetes configuration: not in a cluster, no --kubeconfig, no KUBECONFIG; "
             "the worker reads everything it serves from the API server"
         )
-    cert, key = (
-        (options.cert_dir / CERT_FILE, options.cert_dir / KEY_FILE)
-        if options.cert_dir is not None
-        else self_signed(_hosts(options), organization="gpustack worker")
+    cert, key = serving_pair(
+        options.cert_dir, lambda: _hosts(options), organization="gpustack worker"
     )
     try:
         holder = ContextHolder(server_context(cert, key))
@@ -335,11 +332,7 @@ async def serve(
 
 def _hypercorn_config() -> Config:
     """No access log; hypercorn's own messages through our logging; a 2 s graceful close."""
-    config = Config()
-    config.accesslog = None
-    config.errorlog = logging.getLogger("gpustack.worker.http")
-    config.graceful_timeout = 2.0
-    return config
+    return hypercorn_config(Config(), "gpustack.worker.http")
 
 
 def _start_tasks(
@@ -380,13 +373,10 @@ def _summary_reader(
 
 async def serve_until_signalled(options: WorkerOptions) -> None:
     """The CLI's foreground mode: SIGTERM or SIGINT stops the worker gracefully."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            running: Running = await nursery.start(
-                lambda task_status: serve(options, task_status=task_status)
-            )
-            log.info("worker serving worker.gpustack.ai/v1 at %s", ", ".join(running.urls))
-            async for signum in signals:
-                log.info("received %s, stopping", signal.Signals(signum).name)
-                running.shutdown.set()
-                break
+
+    def announce(running: Running) -> None:
+        log.info("worker serving worker.gpustack.ai/v1 at %s", ", ".join(running.urls))
+
+    await until_signalled(
+        lambda task_status: serve(options, task_status=task_status), announce, log
+    )

@@ -36,12 +36,15 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ASGIFramework, ConnectionState, LifespanState
 from OpenSSL import SSL
 
+from gpustack_serving.config import ALPN as SERVING_ALPN
+
 log = logging.getLogger("gpustack.worker.tls")
 
 RECEIVE_SIZE = 65536
 HANDSHAKE_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 1.0
-ALPN = (b"h2", b"http/1.1")
+ALPN = tuple(protocol.encode("ascii") for protocol in SERVING_ALPN)
+"""What the worker offers, as OpenSSL spells it: the same protocols as the Device Manager."""
 
 
 def _request_any_certificate(
