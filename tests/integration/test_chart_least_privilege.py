@@ -205,9 +205,7 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
         200
     )
     # A watch through v1 relays the CRD's (a bounded one: it ends by itself).
-    watch = await stack.as_aggregator(
-        f"{V1}/namespaces/team-a/instances?watch=1&timeoutSeconds=1"
-    )
+    watch = await stack.as_aggregator(f"{V1}/namespaces/team-a/instances?watch=1&timeoutSeconds=1")
     assert watch.status_code == 200, watch.text
     # Writes through v1: the caller authorized, the CRD written with the worker's account.
     base = f"{V1}/namespaces/team-a/instances"

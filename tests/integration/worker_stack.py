@@ -82,9 +82,7 @@ class WorkerStack:
         json: Any = None,
     ) -> httpx.Response:
         async with httpx.AsyncClient(verify=self.tls(cert=cert), trust_env=False) as client:
-            return await client.request(
-                method, self.url + path, headers=list(headers), json=json
-            )
+            return await client.request(method, self.url + path, headers=list(headers), json=json)
 
     async def as_aggregator(
         self,

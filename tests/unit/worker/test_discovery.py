@@ -23,6 +23,9 @@ V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
 GROUP_VERSION = {"groupVersion": "worker.gpustack.ai/v1", "version": "v1"}
 
+VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+"""Every verb of an Instance at v1: reads, watches and writes."""
+
 
 def test_constants() -> None:
     assert discovery.GROUP == "worker.gpustack.ai"
@@ -65,7 +68,7 @@ def test_api_resource_list() -> None:
                 "singularName": "instance",
                 "namespaced": True,
                 "kind": "Instance",
-                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+                "verbs": VERBS,
                 "shortNames": ["inst"],
             },
             {
@@ -103,7 +106,7 @@ def test_aggregated_discovery(version: str) -> None:
                                 "responseKind": {**gvk, "kind": "Instance"},
                                 "scope": "Namespaced",
                                 "singularResource": "instance",
-                                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+                                "verbs": VERBS,
                                 "shortNames": ["inst"],
                                 "subresources": [
                                     {
@@ -148,7 +151,7 @@ def test_the_legacy_and_aggregated_documents_agree() -> None:
 def test_documents_are_fresh_per_call() -> None:
     first = api_resource_list()
     first["resources"][0]["verbs"].append("deletecollection")
-    assert api_resource_list()["resources"][0]["verbs"] == ["create", "delete", "get", "list", "patch", "update", "watch"]
+    assert api_resource_list()["resources"][0]["verbs"] == VERBS
 
 
 # --------------------------------------------------------------------------------------------
