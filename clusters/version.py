@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 PYPROJECTS = [
     *(
         REPO / "packages" / p / "pyproject.toml"
-        for p in ("core", "vendors", "kube", "devicemanager", "worker", "cli")
+        for p in ("core", "vendors", "kube", "serving", "devicemanager", "worker", "cli")
     ),
     REPO / "simulator" / "pyproject.toml",
 ]
