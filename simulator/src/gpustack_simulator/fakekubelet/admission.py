@@ -42,6 +42,9 @@ class DeviceAdmission:
         self.kubelets = kubelets
         self._nursery = nursery
         self._admitting: set[str] = set()
+        self._node_locks: dict[str, trio.Lock] = {}
+        """One admission at a time per node, as a kubelet admits Pods one by one: the next
+        Pod's devices are picked only once the previous Allocate answered."""
         self.admitted: set[str] = set()
         """UIDs of Pods whose every device request was allocated."""
 
@@ -73,10 +76,12 @@ class DeviceAdmission:
             # A kubelet learns of the binding through its own watch, as the node's Device
             # Manager does, so the plugin has seen the Pod when it is asked to prefer devices.
             await trio.sleep(WATCH_LAG)
-            kubelet.adopt(*key, meta["uid"])
-            for container, resource, count in asks:
-                ids = await trio.to_thread.run_sync(_pick, kubelet, resource, count)
-                await trio.to_thread.run_sync(kubelet.allocate, resource, ids, key, container)
+            node = pod["spec"].get("nodeName", "")
+            async with self._node_locks.setdefault(node, trio.Lock()):
+                kubelet.adopt(*key, meta["uid"])
+                for container, resource, count in asks:
+                    ids = await trio.to_thread.run_sync(_pick, kubelet, resource, count)
+                    await trio.to_thread.run_sync(kubelet.allocate, resource, ids, key, container)
         except (grpc.RpcError, ValueError) as exc:
             message = _message(exc)
             log.warning("Pod %s/%s not admitted: %s", *key, message)
