@@ -31,13 +31,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
 from gpustack_core.decoding import ContractError
 from gpustack_core.units import seconds_of
 from gpustack_kube.certs import self_signed
+from gpustack_kube.paths import Resource
 from gpustack_simulator.fleet_host import FleetSpec, Member
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.scenario import (
@@ -339,14 +339,19 @@ def register_pod_webhooks(
     )
 
 
-def _create_all(cluster_ca: Path, token: str, posts: Sequence[tuple[str, Any, str]]) -> None:
-    """POST each ``(url, body, what)`` as ``token``, in order; a refusal is an ``UpError``."""
-    with httpx.Client(
+def _admin_client(cluster_ca: Path, token: str, timeout: float) -> httpx.Client:
+    """A client of the stand-in's API as ``token``, its CA verified."""
+    return httpx.Client(
         verify=str(cluster_ca),
         headers={"Authorization": f"Bearer {token}"},
-        timeout=15,
+        timeout=timeout,
         trust_env=False,
-    ) as client:
+    )
+
+
+def _create_all(cluster_ca: Path, token: str, posts: Sequence[tuple[str, Any, str]]) -> None:
+    """POST each ``(url, body, what)`` as ``token``, in order; a refusal is an ``UpError``."""
+    with _admin_client(cluster_ca, token, 15) as client:
         for url, body, what in posts:
             response = client.post(url, json=body)
             if response.status_code not in (200, 201):
@@ -356,13 +361,19 @@ def _create_all(cluster_ca: Path, token: str, posts: Sequence[tuple[str, Any, st
                 )
 
 
-def collection_path(obj: dict[str, Any]) -> str:
-    """Where ``obj`` (a scenario's ``apply`` object, already validated) is created."""
-    version, plural, namespaced = APPLY_KINDS[obj["kind"]]
-    prefix = "/api/v1" if version == "v1" else f"/apis/{version}"
-    if namespaced:
-        return f"{prefix}/namespaces/{quote(obj['metadata']['namespace'], safe='')}/{plural}"
-    return f"{prefix}/{plural}"
+def applied_resource(obj: dict[str, Any]) -> Resource:
+    """The resource a scenario's ``apply`` object (already validated) is created as."""
+    api_version, plural, namespaced = APPLY_KINDS[obj["kind"]]
+    group, _, version = api_version.rpartition("/")
+    return Resource(group, version, plural, namespaced)
+
+
+def applied_path(obj: dict[str, Any], *, named: bool = False) -> str:
+    """Its collection's path (or, ``named``, its own), from escaped segments."""
+    resource = applied_resource(obj)
+    meta = obj["metadata"]
+    namespace = meta["namespace"] if resource.namespaced else None
+    return resource.path(namespace, meta["name"] if named else None)
 
 
 def apply_objects(
@@ -379,9 +390,7 @@ def apply_objects(
         where = f"{meta['namespace']}/" if meta.get("namespace") else ""
         return f"applying {obj['kind']} {where}{meta['name']}"
 
-    _create_all(
-        cluster_ca, token, [(cluster_url + collection_path(o), o, what(o)) for o in objects]
-    )
+    _create_all(cluster_ca, token, [(cluster_url + applied_path(o), o, what(o)) for o in objects])
 
 
 def _instances_ready(
@@ -389,15 +398,9 @@ def _instances_ready(
 ) -> bool:
     """Whether every applied Instance that is not stopped reports phase ``Ready``."""
     wanted = [o for o in objects if o["kind"] == "Instance" and not o["spec"].get("stop")]
-    with httpx.Client(
-        verify=str(cluster_ca),
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=5,
-        trust_env=False,
-    ) as client:
+    with _admin_client(cluster_ca, token, 5) as client:
         for obj in wanted:
-            url = f"{cluster_url}{collection_path(obj)}/{quote(obj['metadata']['name'], safe='')}"
-            found = client.get(url)
+            found = client.get(cluster_url + applied_path(obj, named=True))
             if found.status_code != 200 or found.json().get("status", {}).get("phase") != "Ready":
                 return False
     return True

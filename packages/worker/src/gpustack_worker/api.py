@@ -103,6 +103,16 @@ def _segments(path: str) -> list[str]:
     return [unquote(part, errors="strict") for part in parts]
 
 
+def _v1_parts(path: str) -> list[str] | None:
+    """The decoded segments under ``/apis/worker.gpustack.ai/v1/``; ``None`` outside it."""
+    if not path.startswith(V1 + "/"):
+        return None
+    try:
+        return _segments(path[len(V1) + 1 :])
+    except UnicodeDecodeError as exc:
+        raise StatusError(400, "the request path is not valid UTF-8") from exc
+
+
 Handler = Callable[..., Awaitable[Response]]
 
 
@@ -239,12 +249,9 @@ class _Routes:
         static = STATIC.get(path)
         if static is not None:
             return static()
-        if not path.startswith(V1 + "/"):
+        parts = _v1_parts(path)
+        if parts is None:
             raise no_route()
-        try:
-            parts = _segments(path[len(V1) + 1 :])
-        except UnicodeDecodeError as exc:
-            raise StatusError(400, "the request path is not valid UTF-8") from exc
         match parts:
             case ["instances"]:
                 return await self.instances(user, None, None)
@@ -261,11 +268,7 @@ class _Routes:
     async def write(self, path: str, user: UserInfo) -> Response:
         """POST, PUT, PATCH and DELETE of Instances (nothing else here takes a write)."""
         method = request.method
-        try:
-            parts = _segments(path[len(V1) + 1 :]) if path.startswith(V1 + "/") else []
-        except UnicodeDecodeError as exc:
-            raise StatusError(400, "the request path is not valid UTF-8") from exc
-        match method, parts:
+        match method, _v1_parts(path):
             case "POST", ["namespaces", namespace, "instances"]:
                 return await self.instance_write(user, "create", namespace, None)
             case ("PUT", ["namespaces", namespace, "instances", name]):

@@ -17,11 +17,12 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from gpustack_core import contract
 from gpustack_core.status import StatusError
 from gpustack_worker.discovery import GROUP
 
 V1: Final = f"{GROUP}/v1"
-STORED: Final = f"{GROUP}/v1alpha1"
+STORED: Final = f"{GROUP}/{contract.CRD_VERSION}"
 KIND: Final = "Instance"
 TABLE_GROUP: Final = "meta.k8s.io"
 NONE: Final = "<none>"

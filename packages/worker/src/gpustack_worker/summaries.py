@@ -58,9 +58,8 @@ class SummaryCache:
         self._nursery = nursery
         self._max_age = max_age
         self._timeout = timeout
-        self._cached: dict[str, tuple[float, Summary]] = {}
-        self._read_at: dict[str, datetime] = {}
-        """Wall-clock start of the read each cached summary came from."""
+        self._cached: dict[str, tuple[float, datetime, Summary]] = {}
+        """Node → (trio time it was cached, wall-clock start of its read, the summary)."""
         self._flights: dict[str, _Flight] = {}
         self._reads = self._hits = self._shared = 0
         self._swept_at = -float("inf")
@@ -77,10 +76,10 @@ class SummaryCache:
         if (
             cached is not None
             and trio.current_time() - cached[0] <= self._max_age
-            and (newer_than is None or self._read_at.get(node, newer_than) > newer_than)
+            and (newer_than is None or cached[1] > newer_than)
         ):
             self._hits += 1
-            return cached[1]
+            return cached[2]
         flight = self._flights.get(node)
         if flight is None:
             flight = _Flight()
@@ -104,8 +103,7 @@ class SummaryCache:
             flight.error = exc
         else:
             now = trio.current_time()
-            self._cached[node] = (now, flight.summary)
-            self._read_at[node] = started
+            self._cached[node] = (now, started, flight.summary)
             self._sweep(now)
         finally:
             del self._flights[node]
@@ -121,9 +119,8 @@ class SummaryCache:
         if now - self._swept_at < self._max_age:
             return
         self._swept_at = now
-        for node in [n for n, (at, _) in self._cached.items() if now - at > self._max_age]:
+        for node in [n for n, (at, _, _) in self._cached.items() if now - at > self._max_age]:
             del self._cached[node]
-            self._read_at.pop(node, None)
 
     @property
     def cached_nodes(self) -> frozenset[str]:
