@@ -12,7 +12,7 @@ import pytest
 import trio
 from typer.testing import CliRunner
 
-from gpustack_cli.fleet_host import serve_fleet
+from gpustack_cli.fleet_host import options_for, serve_fleet
 from gpustack_cli.main import app
 from gpustack_core.snapshot import parse_snapshot
 from gpustack_kube.config import load_config
@@ -21,7 +21,7 @@ from gpustack_simulator.fleet_host import FleetSpec, Member
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.scenario import RECORDINGS_DIR, expand, parse_scenario
 from gpustack_simulator.testing import cluster_standin
-from gpustack_simulator.up import free_port, loopback_address
+from gpustack_simulator.up import FLEET_PUBLISH_LIMIT, free_port, loopback_address, serves_plugins
 
 H100 = "nvidia/h100-8x.yaml"
 
@@ -142,6 +142,35 @@ async def test_members_in_one_process_each_serve_their_own_node(tmp_path: Path) 
                         assert set(re.findall(r'node="([^"]+)"', body)) == {member.node}
                         assert set(re.findall(r'instance_name="([^"]+)"', body)) == on[member.node]
             fleet.shutdown.set()
+
+
+def test_a_member_is_a_device_plugin_only_with_its_nodes_kubelet_sockets() -> None:
+    bare = Member("n1", "nvidia", H100, "/tmp/proc", "127.0.0.2", 32443)
+    off = options_for(bare, 2.0)
+    # Explicitly off: the automatic default would look at this host's own /var/lib/kubelet.
+    assert (off.device_plugin, off.confirm_grants) == (False, False)
+    assert not off.serves_device_plugin
+    assert not off.confirms_grants
+    wired = Member(
+        "n1", "nvidia", H100, "/tmp/proc", "127.0.0.2", 32443,
+        kube_socket="/tmp/k/n1/kubelet.sock", pod_resources_socket="/tmp/k/n1/pr.sock",
+    )  # fmt: skip
+    on = options_for(wired, 2.0)
+    assert on.serves_device_plugin
+    assert on.confirms_grants
+    assert (str(on.kube_socket), str(on.pod_resources_socket)) == (
+        "/tmp/k/n1/kubelet.sock",
+        "/tmp/k/n1/pr.sock",
+    )
+    # The spec file carries the sockets through JSON.
+    assert FleetSpec.from_json(FleetSpec((wired,)).to_json()).members == (wired,)
+
+
+def test_plugins_run_in_one_process_up_to_the_publishing_limit() -> None:
+    assert serves_plugins(13, fleet=True)
+    assert serves_plugins(FLEET_PUBLISH_LIMIT, fleet=True)
+    assert not serves_plugins(FLEET_PUBLISH_LIMIT + 1, fleet=True)
+    assert serves_plugins(FLEET_PUBLISH_LIMIT + 1, fleet=False)  # a process each: always
 
 
 def test_every_member_gets_its_own_loopback_address() -> None:

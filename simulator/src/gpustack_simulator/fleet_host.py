@@ -16,7 +16,8 @@ daemon with the simulator), which ``simulator up --fleet`` starts as one process
     python -m gpustack_cli.fleet_host SPEC.json
 
 where ``SPEC.json`` holds the kubeconfig, the context, the monitor period and one entry per
-member (node, manufacturer, recording, proc root, address, port). SIGTERM or SIGINT stops all.
+member (node, manufacturer, recording, proc root, address, port, and the node's fake kubelet
+sockets where members are device plugins). SIGTERM or SIGINT stops all.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ class Member:
     proc_root: str
     address: str
     port: int
+    kube_socket: str | None = None
+    """The node's fake kubelet registration socket: the member is then its node's device plugin
+    (and confirms grants against ``pod_resources_socket``). ``None``: no plugin, no check."""
+    pod_resources_socket: str | None = None
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,20 @@ scans all objects, and a few hundred publishers plus first Pod lists at once sat
 docs/performance.md). The metrics path a fleet measures reads neither."""
 
 
+FLEET_PROCESS = "device-managers"
+"""The fleet host's process name (``processes.json``) and log file stem."""
+
+
+def serves_plugins(members: int, *, fleet: bool) -> bool:
+    """Whether the Device Managers are their nodes' device plugins, with a fake kubelet each.
+
+    Always when each runs as its own process; in one fleet process up to
+    :data:`FLEET_PUBLISH_LIMIT` members (a kubelet per simulated node, and the publishing the
+    worker's node capacity reads, are more than one machine hosts at a thousand).
+    """
+    return not fleet or members <= FLEET_PUBLISH_LIMIT
+
+
 def _start_interval(members: int) -> float:
     """Seconds between two fleet members' starts: none up to 100, 0.1 up to 300, 0.2 beyond.
 
@@ -89,6 +103,8 @@ class DeviceManagerEndpoint:
     address: str
     metrics: str
     snapshot: str
+    log: str = ""
+    """The file its log goes to: its own, or the fleet host's, which all members share."""
 
 
 @dataclass(frozen=True)
@@ -586,6 +602,7 @@ def _start_device_managers(
                 address=f"{address}:{dm_port}",
                 metrics=f"{base}/metrics",
                 snapshot=f"{base}/monitor/snapshot",
+                log=str(started[-1].log),
             )
         )
     return managers
@@ -604,15 +621,28 @@ def _start_fleet(
 
     The members are the same daemon with the same flags as the one-process-each path; only
     the interpreter, the imports and the parsed recordings are shared, so a thousand nodes fit.
+    Up to :data:`FLEET_PUBLISH_LIMIT` members each is its node's device plugin, as in the
+    one-process-each path; beyond, none is (see :func:`serves_plugins`).
     """
+    kubelets = kubelet_root(state_dir) if serves_plugins(len(addresses), fleet=True) else None
     members: list[Member] = []
     managers: list[DeviceManagerEndpoint] = []
     for dm, address in zip(expanded.device_managers, addresses, strict=True):
         proc_root = state_dir / "proc" / dm.node
         if not proc_root.exists():
             write_procfs(proc_root, dict(expanded.procs(dm.node)))
+        sockets = (None, None) if kubelets is None else node_sockets(kubelets, dm.node)
         members.append(
-            Member(dm.node, dm.manufacturer, str(dm.recording), str(proc_root), address, dm_port)
+            Member(
+                dm.node,
+                dm.manufacturer,
+                str(dm.recording),
+                str(proc_root),
+                address,
+                dm_port,
+                kube_socket=None if sockets[0] is None else str(sockets[0]),
+                pod_resources_socket=None if sockets[1] is None else str(sockets[1]),
+            )
         )
         base = f"https://{address}:{dm_port}"
         managers.append(
@@ -624,6 +654,7 @@ def _start_fleet(
                 address=f"{address}:{dm_port}",
                 metrics=f"{base}/metrics",
                 snapshot=f"{base}/monitor/snapshot",
+                log=str(state_dir / "logs" / f"{FLEET_PROCESS}.log"),
             )
         )
     spec = FleetSpec(
@@ -638,7 +669,7 @@ def _start_fleet(
     spec_file.write_text(json.dumps(spec.to_json(), indent=1) + "\n")
     started.append(
         _spawn(
-            "device-managers",
+            FLEET_PROCESS,
             [sys.executable, "-m", "gpustack_cli.fleet_host", str(spec_file)],
             state_dir / "logs",
         )
@@ -746,12 +777,15 @@ def up(
     *,
     monitor_period: str = "2s",
     timeout: float = START_TIMEOUT,
-    fleet: bool = False,
+    fleet: bool = True,
 ) -> Endpoints:
     """Start everything for ``scenario``; return once all answer. ``UpError`` otherwise.
 
-    ``fleet``: every Device Manager in one process (:mod:`gpustack_simulator.fleet_host`)
-    instead of one process each, for scenarios of hundreds or thousands of nodes.
+    ``fleet``: every Device Manager in one process (:mod:`gpustack_simulator.fleet_host`), the
+    default; ``False``: one ``device-manager serve`` process each, as nodes run them. Each
+    process imports the whole daemon (about a second of CPU) before it serves, so on two cores
+    thirteen of them took most of the demo's start-up, where one host imports it once and
+    serves every member from one nursery with the same flags.
     """
     state_dir = state_dir.resolve()
     running = [p for p in _recorded(state_dir) if _alive(int(p["pid"]))]
@@ -778,9 +812,8 @@ def up(
     started: list[_Started] = []
     deadline = time.monotonic() + timeout
     try:
-        # A fleet's members serve no device plugin (a kubelet per simulated node is more than
-        # one machine hosts at a thousand); every other run allocates through the plugins.
-        kubelets = None if fleet else kubelet_root(state_dir)
+        plugins = serves_plugins(len(expanded.device_managers), fleet=fleet)
+        kubelets = kubelet_root(state_dir) if plugins else None
         cluster_args = _cluster_args(
             path, state_dir, worker_url, worker_tls, expanded, addresses, dm_port, kubelets
         )

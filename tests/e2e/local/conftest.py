@@ -20,7 +20,7 @@ import httpx
 import pytest
 import yaml
 
-from gpustack_simulator.up import Endpoints
+from gpustack_simulator.up import DeviceManagerEndpoint, Endpoints
 
 V1 = "/apis/worker.gpustack.ai/v1"
 
@@ -69,20 +69,19 @@ class System:
             response.raise_for_status()
             return response.json() if response.content else None
 
-    def exposition(self, node: str, manufacturer: str) -> str:
-        dm = next(
+    def device_manager(self, node: str, manufacturer: str) -> DeviceManagerEndpoint:
+        return next(
             d
             for d in self.endpoints.device_managers
             if d.node == node and d.manufacturer == manufacturer
         )
+
+    def exposition(self, node: str, manufacturer: str) -> str:
+        dm = self.device_manager(node, manufacturer)
         return httpx.get(dm.metrics, verify=False, timeout=10, trust_env=False).text
 
     def snapshot(self, node: str, manufacturer: str) -> dict[str, Any]:
-        dm = next(
-            d
-            for d in self.endpoints.device_managers
-            if d.node == node and d.manufacturer == manufacturer
-        )
+        dm = self.device_manager(node, manufacturer)
         body: dict[str, Any] = httpx.get(
             dm.snapshot, verify=False, timeout=10, trust_env=False
         ).json()

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -242,7 +243,7 @@ def test_an_applied_instance_runs_with_its_figures(system: System, name: str) ->
     try:
         got = eventually(entry, f"{name}'s accelerator on the subresource")
     except pytest.fail.Exception:
-        log = system.state_dir / "logs" / f"device-manager-{node}-nvidia.log"
+        log = Path(system.device_manager(node, "nvidia").log)
         lines = [line for line in log.read_text().splitlines() if name in line][-5:]
         pytest.fail(f"{name}: subresource accelerators {seen[0]}; DM log: {lines}")
     assert got["mode"] == mode
@@ -288,7 +289,7 @@ def test_a_forged_annotation_reads_no_figures(system: System) -> None:
         "annotate", "pod", "-n", "team-ops", "ops-forger", f"{ANNOTATION}={stolen}", "--overwrite"
     )
     assert done.returncode == 0, done.stderr
-    log = system.state_dir / "logs" / "device-manager-gpu-node-2-nvidia.log"
+    log = Path(system.device_manager("gpu-node-2", "nvidia").log)
     eventually(
         lambda: (
             True

@@ -15,7 +15,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import trio
@@ -45,8 +45,12 @@ class FleetRunning:
 
 
 def options_for(member: Member, monitor_period: float, *, publish: bool = True) -> ServeOptions:
-    """The member's ``device-manager serve`` flags, as one process of its own would get."""
-    return ServeOptions(
+    """The member's ``device-manager serve`` flags, as one process of its own would get.
+
+    Without its node's kubelet sockets a member serves no plugin and checks no grants, set
+    explicitly: the automatic default would look at this host's real ``/var/lib/kubelet``.
+    """
+    options = ServeOptions(
         manufacturer=member.manufacturer,
         node_name=member.node,
         monitor_period=monitor_period,
@@ -54,6 +58,17 @@ def options_for(member: Member, monitor_period: float, *, publish: bool = True) 
         bind_address=member.address,
         proc_root=Path(member.proc_root),
         publish=publish,
+        device_plugin=False,
+        confirm_grants=False,
+    )
+    if member.kube_socket is None or member.pod_resources_socket is None:
+        return options
+    return replace(
+        options,
+        device_plugin=True,
+        confirm_grants=True,
+        kube_socket=Path(member.kube_socket),
+        pod_resources_socket=Path(member.pod_resources_socket),
     )
 
 

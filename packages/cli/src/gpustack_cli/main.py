@@ -660,10 +660,11 @@ def sim_up(
     fleet: Annotated[
         bool,
         typer.Option(
-            "--fleet",
-            help="Every Device Manager in one process (for hundreds or thousands of nodes).",
+            "--fleet/--process-each",
+            help="Every Device Manager in one process (the default: it imports the daemon "
+            "once), or one process each, as nodes run them.",
         ),
-    ] = False,
+    ] = True,
 ) -> None:
     """Start the stand-in, its Device Managers and the worker in the background; wait for all."""
     from gpustack_simulator.up import UpError, up
