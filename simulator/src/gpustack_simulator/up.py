@@ -340,19 +340,25 @@ def register_pod_webhooks(
     cluster_url: str, cluster_ca: Path, token: str, worker_url: str, worker_ca: bytes
 ) -> None:
     """Register gate 1 with the stand-in, so Pods created through it are judged by the worker."""
-    base = f"{cluster_url}/apis/admissionregistration.k8s.io/v1"
-    plural = {
-        "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
-        "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
-    }
     _create_all(
         cluster_ca,
         token,
         [
-            (f"{base}/{plural[body['kind']]}", body, f"registering the {body['kind']}")
+            (
+                cluster_url + WEBHOOK_CONFIGURATIONS[body["kind"]].path(),
+                body,
+                f"registering the {body['kind']}",
+            )
             for body in pod_webhook_configurations(worker_url, worker_ca)
         ],
     )
+
+
+WEBHOOK_CONFIGURATIONS: dict[str, Resource] = {
+    kind: Resource("admissionregistration.k8s.io", "v1", kind.lower() + "s", namespaced=False)
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+}
+"""Where each gate-1 configuration kind is created (cluster-scoped, built by ``Resource``)."""
 
 
 def _admin_client(cluster_ca: Path, token: str, timeout: float) -> httpx.Client:

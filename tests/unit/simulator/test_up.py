@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpustack_simulator.up import _restart_if_crashed, _spawn
+from gpustack_simulator.up import WEBHOOK_CONFIGURATIONS, _restart_if_crashed, _spawn
 
 CRASH = "import os, signal; print('starting', flush=True); os.kill(os.getpid(), signal.SIGSEGV)"
 
@@ -27,3 +27,15 @@ def test_an_ordinary_failure_is_not_restarted(tmp_path: Path) -> None:
     assert failed.process.wait(timeout=30) == 3
     assert _restart_if_crashed(failed, tmp_path) is None
     assert not (tmp_path / "device-manager-y.crashed.log").exists()
+
+
+def test_gate_one_is_registered_where_the_admissionregistration_api_serves_it() -> None:
+    # The paths kube-apiserver serves (admissionregistration.k8s.io/v1, cluster-scoped).
+    assert {kind: r.path() for kind, r in WEBHOOK_CONFIGURATIONS.items()} == {
+        "MutatingWebhookConfiguration": (
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+        ),
+        "ValidatingWebhookConfiguration": (
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+        ),
+    }
