@@ -117,10 +117,16 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("replay garbage", ["simulator", "replay", "GARBAGE"], 1, "not valid YAML"),
     ("replay not a recording", ["simulator", "replay", "WRONG"], 1, "schema"),
     (
-        "record unsupported vendor",
-        ["simulator", "record", "--vendor", "amd", "-o", "OUT"],
+        "record unknown vendor",
+        ["simulator", "record", "--vendor", "mthreads", "-o", "OUT"],
         2,
-        "only nvidia can be recorded today",
+        "--vendor mthreads: not a manufacturer with a backend",
+    ),
+    (
+        "record no ROCm SMI",
+        ["simulator", "record", "--vendor", "amd", "-o", "OUT", "--samples", "1"],
+        1,
+        "cannot record amd: librocm_smi64.so could not be loaded. Tried: ",
     ),
     (
         "record no NVML",
@@ -262,9 +268,9 @@ def test_nvml_codes_are_named_as_pynvml_names_them() -> None:
 
 def test_record_help_names_what_can_be_recorded() -> None:
     result = runner.invoke(app, ["simulator", "record", "--help"], env={"COLUMNS": "200"})
-    text = " ".join(result.output.split())
-    assert "Only nvidia (NVML through pynvml) can be recorded today" in text
-    assert "nvidia or amd" not in text
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "nvidia (NVML through pynvml), amd (ROCm SMI, then AMD SMI)" in text
+    assert "or metax (MXSML)" in text
 
 
 @pytest.mark.parametrize("command", ["detect", "monitor"])

@@ -9,7 +9,6 @@ static, one that did becomes a time series.
 from __future__ import annotations
 
 import time
-import types
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,8 @@ from gpustack_simulator.recording import (
 )
 from gpustack_simulator.replay.codec import Codec
 from gpustack_simulator.replay.engine import Clock
+from gpustack_vendors.model import Detection
+from gpustack_vendors.protocol import Backend
 
 
 @dataclass
@@ -49,7 +50,8 @@ class Observation:
 class RecordingProxy:
     """A module-like object recording every binding function the backend calls through it."""
 
-    module: types.ModuleType
+    module: object
+    """The binding's functions as attributes: a module, or a stand-in shaped like one."""
     codec: Codec
     clock: Clock = time.monotonic
     observations: list[Observation] = field(default_factory=list)
@@ -192,18 +194,19 @@ def assemble(
 
 
 def exercise(
-    backend: Any,
+    backend: Backend,
     *,
     samples: int,
     interval: float,
     sleep: Callable[[float], None] = time.sleep,
     progress: Callable[[int], None] | None = None,
-) -> None:
+) -> Detection:
     """Make every call a Device Manager makes: detect once, then monitor-style passes.
 
     Each pass samples the cards, reads per-process rows of every device and reads every
     partition on its own handle — a superset of any one real pass, so a replay can answer
-    whatever the Device Manager later asks.
+    whatever the Device Manager later asks. Returns the detection (versions and card names
+    for a recording's provenance).
     """
     detection = backend.detect()
     devices = [device.id for device in detection.devices]
@@ -217,3 +220,4 @@ def exercise(
         if progress is not None:
             progress(index + 1)
     backend.close()
+    return detection

@@ -116,6 +116,9 @@ class Provenance(Wire, frozen=True, kw_only=True):
     recorder: str = ""
     host: dict[str, str] = {}
     """Host facts kept after redaction (driver, kernel, GPU model); never names or serials."""
+    redacted: tuple[str, ...] = ()
+    """What the recorder replaced before writing the file, one line per kind (PIDs, serials,
+    host names), so a reader knows which values are stand-ins."""
     notes: str = ""
 
 

@@ -375,7 +375,7 @@ def test_importing_the_backend_and_bindings_opens_no_library() -> None:
         "def boom(*a, **k): raise AssertionError('a library was opened at import')\n"
         "ctypes.CDLL = boom\n"
         "import gpustack_vendors.bindings.hydmi, gpustack_vendors.bindings.hygon_rocm_smi\n"
-        "import gpustack_vendors.hygon, gpustack_vendors.hygon_loading, gpustack_vendors.loading\n"
+        "import gpustack_vendors.hygon, gpustack_vendors.registry, gpustack_vendors.loading\n"
         "print('ok')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 
 from gpustack_cli.main import app
 from gpustack_simulator.replay.hygon_rocm_smi_lib import FakeHygonRocmSmiLib
-from gpustack_vendors import hygon_loading
-from gpustack_vendors.bindings import hygon_rocm_smi, rocm_smi
+from gpustack_vendors.bindings import hydmi, hygon_rocm_smi, rocm_smi
 from gpustack_vendors.bindings.hydmi import HyDmiLibraryNotFound
 from gpustack_vendors.bindings.hygon_rocm_smi import HygonRocmSmi
 from gpustack_vendors.bindings.rocm_smi import ROCMSMIError
@@ -116,14 +115,14 @@ def _fake_rocm_smi(init: object = None) -> HygonRocmSmi:
 def test_a_node_without_the_mig_library_still_opens_and_says_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hygon_loading.hygon_rocm_smi, "load_library", _fake_rocm_smi)
+    monkeypatch.setattr(hygon_rocm_smi, "load_library", _fake_rocm_smi)
 
     def no_mig() -> object:
         raise HyDmiLibraryNotFound(
             "libhydmi_mig.so.1", [("/opt/hyhal/lib/libhydmi_mig.so.1", "absent")]
         )
 
-    monkeypatch.setattr(hygon_loading.hydmi, "load_library", no_mig)
+    monkeypatch.setattr(hydmi, "load_library", no_mig)
     backend = open_backend("hygon")
     assert isinstance(backend, HygonBackend)
     [note] = backend.detect().notes
@@ -133,7 +132,7 @@ def test_a_node_without_the_mig_library_still_opens_and_says_why(
 
 def test_a_library_that_will_not_initialise_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        hygon_loading.hygon_rocm_smi,
+        hygon_rocm_smi,
         "load_library",
         lambda: _fake_rocm_smi(ROCMSMIError(rocm_smi.RSMI_STATUS_INIT_ERROR)),
     )

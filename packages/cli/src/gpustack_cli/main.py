@@ -516,8 +516,9 @@ def sim_record(
         str,
         typer.Option(
             help=(
-                "Which library to record. Only nvidia (NVML through pynvml) can be recorded"
-                " today; the other manufacturers replay committed or synthesized recordings."
+                "Which manufacturer's libraries to record: nvidia (NVML through pynvml), amd"
+                " (ROCm SMI, then AMD SMI), hygon (its ROCm SMI and libhydmi_mig), ascend (DCMI),"
+                " thead (HGML), cambricon (CNDev), iluvatar (IXML) or metax (MXSML)."
             )
         ),
     ],
@@ -525,7 +526,7 @@ def sim_record(
     interval: Annotated[float, typer.Option(min=0, help="Seconds between passes.")] = 15.0,
     description: Annotated[str, typer.Option(help="What the recording shows.")] = "recorded",
 ) -> None:
-    """Record a real vendor library's answers into a recording (PIDs redacted); nvidia only."""
+    """Record this node's vendor library answers into a recording (PIDs, serials, host redacted)."""
     from rich.console import Console
 
     from gpustack_cli.simulator_cmds import RECORDABLE, record
@@ -533,7 +534,7 @@ def sim_record(
     if vendor not in RECORDABLE:
         fail(
             "gpustack-operator simulator record",
-            f"--vendor {vendor}: only {', '.join(RECORDABLE)} can be recorded today",
+            f"--vendor {vendor}: not a manufacturer with a backend ({', '.join(RECORDABLE)})",
             code=USAGE,
         )
 

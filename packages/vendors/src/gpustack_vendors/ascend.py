@@ -368,22 +368,3 @@ def _text(value: Any) -> str:
 def _vnpu_id(vnpu: _Vnpu) -> str:
     """``<parent die id>-vnpu<vdev_id>``: vdev ids are the driver's, unique on the node."""
     return f"{vnpu.parent}-vnpu{vnpu.vdev_id}"
-
-
-class AscendUnavailableError(RuntimeError):
-    """DCMI cannot be loaded or initialised on this machine."""
-
-
-def open_ascend_backend() -> AscendBackend:
-    """Load DCMI now (``$DCMI_LIB``, then the usual paths) and hand it to the backend.
-
-    A missing library is one line naming ``libdcmi.so`` and every path tried.
-    """
-    try:
-        library = d.load_library()
-    except OSError as exc:
-        raise AscendUnavailableError(str(exc)) from exc
-    try:
-        return AscendBackend(library)
-    except DcmiCallError as exc:
-        raise AscendUnavailableError(f"DCMI did not initialise: {exc}") from exc

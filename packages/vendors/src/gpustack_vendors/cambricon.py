@@ -45,7 +45,6 @@ from gpustack_vendors.bindings.cndev import (
     CNDEV_HEALTH_STATE_DEVICE_IN_PROBLEM,
     CNDEV_VERSION_6,
     CNDevError,
-    load_library,
 )
 from gpustack_vendors.calling import BindingBackend, CallError
 from gpustack_vendors.detected import Detected
@@ -248,16 +247,3 @@ def _bus_id(info: Any) -> str:
 def _power_watts(info: Any) -> float | None:
     watts = _figure(info.usage)
     return None if watts is None else float(watts)
-
-
-def open_cambricon_backend(paths: Sequence[str] | None = None) -> CambriconBackend:
-    """Load ``libcndev.so`` (``paths``, else the binding's usual search) and initialise it.
-
-    Raises the binding's ``OSError`` naming every path tried when the library is absent, and
-    ``RuntimeError`` when it loads but ``cndevInit`` fails.
-    """
-    binding = load_library(paths)
-    try:
-        return CambriconBackend(binding)
-    except CndevCallError as exc:
-        raise RuntimeError(f"CNDev did not initialise: {exc}") from exc

@@ -39,7 +39,6 @@ from gpustack_vendors.bindings.ixml import (
     NVML_TEMPERATURE_GPU,
     NVML_VALUE_NOT_AVAILABLE_ULL,
     IXMLError,
-    load_library,
 )
 from gpustack_vendors.model import (
     Detection,
@@ -174,16 +173,3 @@ def _bus_id(info: Any) -> str:
     bus_id = info.busId
     text = bus_id.split(b"\0", 1)[0].decode() if isinstance(bus_id, bytes) else str(bus_id)
     return normalize_bus_id(text)
-
-
-def open_iluvatar_backend(paths: Sequence[str] | None = None) -> IluvatarBackend:
-    """Load ``libixml.so`` (``paths``, else the binding's usual search) and initialise it.
-
-    Raises the binding's ``OSError`` naming every path tried when the library is absent, and
-    ``RuntimeError`` when it loads but ``nvmlInit_v2`` fails.
-    """
-    binding = load_library(paths)
-    try:
-        return IluvatarBackend(binding)
-    except IxmlCallError as exc:
-        raise RuntimeError(f"IXML did not initialise: {exc}") from exc

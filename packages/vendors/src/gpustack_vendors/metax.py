@@ -49,7 +49,6 @@ from gpustack_vendors.bindings.mxsml import (
     MXSML_VERSION_DRIVER,
     MXSML_VIRTUALIZATION_MODE_VF,
     MXSMLError,
-    load_library,
 )
 from gpustack_vendors.calling import BindingBackend, CallError
 from gpustack_vendors.detected import Detected
@@ -235,16 +234,3 @@ def _power_watts(rails: Sequence[Any]) -> float | None:
     if not rails:
         return None
     return sum(int(rail.power) for rail in rails) / 1000
-
-
-def open_metax_backend(paths: Sequence[str] | None = None) -> MetaxBackend:
-    """Load ``libmxsml.so`` (``paths``, else the binding's usual search) and initialise it.
-
-    Raises the binding's ``OSError`` naming every path tried when the library is absent, and
-    ``RuntimeError`` when it loads but ``mxSmlInit`` fails.
-    """
-    binding = load_library(paths)
-    try:
-        return MetaxBackend(binding)
-    except MxsmlCallError as exc:
-        raise RuntimeError(f"MXSML did not initialise: {exc}") from exc

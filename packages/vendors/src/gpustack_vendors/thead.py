@@ -87,22 +87,3 @@ class TheadBackend(NvmlMigBackend[HgmlSurface]):
             if failure.code not in _VERSIONED_REFUSED:
                 raise
         return list(self._call("hgmlDeviceGetProcessUtilization", handle, 0))
-
-
-class TheadUnavailableError(RuntimeError):
-    """HGML cannot be loaded or initialised on this machine."""
-
-
-def open_thead_backend() -> TheadBackend:
-    """Load HGML now (``$HGML_LIB``, then the PPU SDK's paths) and hand it to the backend.
-
-    A missing library is one line naming ``libhgml.so`` and every path tried.
-    """
-    try:
-        library = h.load_library()
-    except OSError as exc:
-        raise TheadUnavailableError(str(exc)) from exc
-    try:
-        return TheadBackend(library)
-    except HgmlCallError as exc:
-        raise TheadUnavailableError(f"HGML did not initialise: {exc}") from exc

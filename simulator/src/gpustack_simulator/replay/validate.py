@@ -11,54 +11,13 @@ makes validation fail, with one line naming the file and what is wrong.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from functools import cache
 from pathlib import Path
-
-import pynvml
 
 from gpustack_core.decoding import ContractError
 from gpustack_simulator.recording import Recording, load_recording
-from gpustack_simulator.replay import (
-    amdsmi_standin,
-    cndev_standin,
-    dcmi_standin,
-    hgml_standin,
-    ixml_standin,
-    mxsml_standin,
-    pynvml_standin,
-    rocm_smi_standin,
-)
 from gpustack_simulator.replay.backends import replay_backend
-from gpustack_simulator.replay.hygon_standin import HYDMI_ID, ROCM_SMI_ID
+from gpustack_simulator.replay.standins import library_functions
 from gpustack_simulator.synth.timeline import VirtualClock
-from gpustack_vendors.bindings import hydmi, hygon_rocm_smi
-
-
-@cache
-def library_functions() -> Mapping[str, Mapping[str, frozenset[str]]]:
-    """Vendor → library id → the function names its replay stand-in answers.
-
-    Built from the stand-ins' own tables, so a name is known here exactly when replay can
-    answer it.
-    """
-    nvml = frozenset(name for name in dir(pynvml) if name.startswith("nvml"))
-    return {
-        "nvidia": {pynvml_standin.LIBRARY_ID: nvml},
-        "amd": {
-            amdsmi_standin.LIBRARY_ID: frozenset(amdsmi_standin.FUNCTIONS),
-            rocm_smi_standin.LIBRARY_ID: frozenset(rocm_smi_standin.FUNCTIONS),
-        },
-        "hygon": {
-            ROCM_SMI_ID: frozenset(hygon_rocm_smi.FUNCTIONS),
-            HYDMI_ID: frozenset(hydmi.FUNCTIONS),
-        },
-        "ascend": {dcmi_standin.LIBRARY_ID: frozenset(dcmi_standin.FUNCTIONS)},
-        "thead": {hgml_standin.LIBRARY_ID: frozenset(hgml_standin.FUNCTIONS)},
-        "cambricon": {cndev_standin.LIBRARY_ID: frozenset(cndev_standin.FUNCTIONS)},
-        "metax": {mxsml_standin.LIBRARY_ID: frozenset(mxsml_standin.FUNCTIONS)},
-        "iluvatar": {ixml_standin.LIBRARY_ID: frozenset(ixml_standin.FUNCTIONS)},
-    }
 
 
 def replay_problems(recording: Recording) -> list[str]:

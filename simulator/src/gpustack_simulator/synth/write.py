@@ -22,6 +22,7 @@ from gpustack_simulator.recording import (
     Provenance,
     dump_recording,
 )
+from gpustack_simulator.redact import returned_pids
 from gpustack_simulator.replay.amdsmi_standin import AmdsmiCodec
 from gpustack_simulator.replay.pynvml_standin import PynvmlCodec
 from gpustack_simulator.replay.rocm_smi_lib import FakeRocmSmiLib
@@ -69,7 +70,12 @@ def _synthesized(
     pids: Iterable[int],
     loop_seconds: float,
 ) -> str:
-    """The part every vendor shares: provenance, a Pod cgroup per PID, and the YAML."""
+    """The part every vendor shares: provenance, a Pod cgroup per PID, and the YAML.
+
+    Only the PIDs the libraries returned get a ``/proc`` entry, as the recorder reads ``/proc``
+    for those alone (a process the library does not list is one nobody could have recorded).
+    """
+    listed = returned_pids(libraries)
     recording = assemble(
         vendor=vendor,
         description=description,
@@ -81,7 +87,7 @@ def _synthesized(
         context=Context(
             procs={
                 str(pid): ProcEntry(cgroup=pod_cgroup(pid), comm="python")
-                for pid in sorted(set(pids))
+                for pid in sorted(set(pids) & listed)
             }
         ),
         loop_seconds=loop_seconds,
