@@ -10,8 +10,12 @@ default:
     @just --list
 
 # Create .venv with every workspace package and the dev tools, exactly as locked.
+# Bytecode is compiled once here, as pip does at install (uv does not by default): where
+# PYTHONDONTWRITEBYTECODE is set (many CI images), every daemon otherwise recompiles each module
+# it imports, about a second of CPU per process before it serves (docs/performance.md).
 setup:
-    uv sync --all-packages --frozen --quiet
+    uv sync --all-packages --frozen --quiet --compile-bytecode
+    uv run --frozen --no-sync python -m compileall -q packages simulator/src
 
 # The main job on its embedded default: the simulator cluster up, its figures live (--once: print once).
 demo *args: setup

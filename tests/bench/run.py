@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from demo_up import bench_demo_up
 from devicemanager import bench_monitor_pass, bench_snapshot_route
 from fleet import bench_fleet
 from metrics import bench_metrics_route
@@ -137,6 +138,14 @@ def _ratio_table(figures: dict[str, float]) -> None:
         ),
         ("worker imports vs bare interpreter (CPU)", ratio("startup_worker", "startup_floor")),
         (
+            "demo up: DMs a process each vs in one process (wall)",
+            ratio("demo_up_s_process_each", "demo_up_s_fleet"),
+        ),
+        (
+            "demo up: DMs a process each vs in one process (CPU)",
+            ratio("demo_cpu_s_process_each", "demo_cpu_s_fleet"),
+        ),
+        (
             "10 nodes, DM RSS: a process each vs one fleet process",
             ratio("processes_10_device-managers", "fleet_10_device-managers"),
         ),
@@ -228,6 +237,7 @@ def main() -> None:
     figures["startup_floor"] = startup["bare interpreter (floor)"]
     figures["startup_dm"] = startup["device-manager serve (its imports)"]
     figures["startup_worker"] = startup["worker (its imports)"]
+    figures.update(bench_demo_up(1 if args.quick else 2))
     figures.update(bench_fleet(sizes, 2.0 if args.quick else 3.0, args.fleet_period))
 
     if CORPUS.is_dir():
