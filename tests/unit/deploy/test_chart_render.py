@@ -483,8 +483,7 @@ def test_the_device_managers_rbac() -> None:
         ("worker.gpustack.ai", "devices", "create"),
         ("worker.gpustack.ai", "devices", "update"),
         ("worker.gpustack.ai", "devices/status", "update"),
-        ("worker.gpustack.ai", "instances", "list"),  # the exporter's current incarnations
-        ("worker.gpustack.ai", "instances", "watch"),
+        ("worker.gpustack.ai", "instances", "get"),  # the exporter's current incarnations
         ("", "pods", "get"),  # the device plugin reads the Pod it allocates for
         ("", "pods", "patch"),  # and writes the allocation annotation on it
     }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -19,6 +19,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from gpustack_core import contract
 from gpustack_core.modes import AllocationMode
+from gpustack_core.pods import Pod
 from gpustack_devicemanager.confirmation import GrantConfirmation
 from gpustack_devicemanager.deviceplugin.manager import (
     KUBELET_SOCKET,
@@ -27,10 +28,11 @@ from gpustack_devicemanager.deviceplugin.manager import (
     PluginOptions,
 )
 from gpustack_devicemanager.deviceplugin.service import serve_device_plugins
-from gpustack_devicemanager.exporter import ExporterSource, run_exporter
+from gpustack_devicemanager.exporter import ExporterSource, InstanceUids, run_exporter
 from gpustack_devicemanager.exposition import ExpositionHolder
 from gpustack_devicemanager.health import Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
+from gpustack_devicemanager.incarnations import InstanceIncarnations
 from gpustack_devicemanager.monitor import PodsSource, TickContext, run_monitor
 from gpustack_devicemanager.podview import NodePod, node_pod
 from gpustack_devicemanager.publish import Publisher, detected_groups, run_publisher
@@ -40,7 +42,7 @@ from gpustack_kube.client import KubeClient
 from gpustack_kube.config import KubeConfig, load_config
 from gpustack_kube.informer import Informer
 from gpustack_kube.kubelet import KubeletAccess
-from gpustack_kube.paths import INSTANCES, PODS
+from gpustack_kube.paths import PODS
 from gpustack_serving.certs import CertReloader, serving_hosts, serving_pair
 from gpustack_serving.config import hypercorn_config, terminate_tls
 from gpustack_serving.signals import serve_until_signalled as until_signalled
@@ -135,26 +137,17 @@ def _hosts(options: ServeOptions) -> list[str]:
     return serving_hosts([*options.hosts, options.node_name], options.bind_address)
 
 
-@dataclass(frozen=True)
-class _InstanceId:
-    namespace: str
-    name: str
-    uid: str
-
-
-def _instance_uid(obj: dict[str, Any]) -> _InstanceId:
-    """An Instance reduced to its identity: the exporter asks only "which UID is current"."""
-    meta = obj.get("metadata") or {}
-    uid = meta.get("uid")
-    if not isinstance(uid, str) or not uid:
-        raise ValueError("Instance without metadata.uid")
-    return _InstanceId(str(meta.get("namespace", "")), str(meta.get("name", "")), uid)
-
-
 def _watch_cluster(
     nursery: trio.Nursery, options: ServeOptions, kube: KubeConfig | None
-) -> tuple[KubeClient | None, Informer[NodePod] | None, Informer[_InstanceId] | None]:
-    """The client and the two informers: the node's Pods, and which Instance UIDs are current."""
+) -> tuple[KubeClient | None, Informer[NodePod] | None, InstanceIncarnations | None]:
+    """The client, the node's Pod informer, and the reader of those Pods' Instances' UIDs.
+
+    Only the node's Pods are listed and watched (``spec.nodeName``). The Instances are not:
+    the exporter asks only whether each of the node's Instance Pods belongs to its Instance's
+    current incarnation, and :class:`~gpustack_devicemanager.incarnations.InstanceIncarnations`
+    answers that with GETs of the Instances those Pods name, cached per UID (its docstring says
+    why that, and not an informer of every Instance in every node's daemon).
+    """
     if kube is None:
         log.warning(
             "no Kubernetes configuration (not in a cluster, no --kubeconfig, no "
@@ -169,20 +162,22 @@ def _watch_cluster(
         field_selector=f"spec.nodeName={options.node_name}",
     )
     nursery.start_soon(informer.run)
-    instances = Informer(client, INSTANCES.path(), decode=_instance_uid)
-    nursery.start_soon(instances.run)
-    return client, informer, instances
+    incarnations = InstanceIncarnations(client)
+
+    def pods() -> list[Pod] | None:
+        return [entry.pod for entry in informer.objects()] if informer.synced else None
+
+    nursery.start_soon(incarnations.follow, pods, informer.wait_changed)
+    return client, informer, incarnations
 
 
-def _current_uids(
-    instances: Informer[_InstanceId] | None,
-) -> Callable[[], dict[tuple[str, str], str] | None]:
-    """The exporter's view of every Instance's current UID (``None`` until synced)."""
+def _current_uids(instances: InstanceIncarnations | None) -> InstanceUids:
+    """The exporter's view of its Pods' Instances' current UIDs (``None``: no API access)."""
 
-    def uids() -> dict[tuple[str, str], str] | None:
-        if instances is None or not instances.synced:
+    async def uids(pods: Sequence[Pod]) -> Mapping[tuple[str, str], str] | None:
+        if instances is None:
             return None
-        return {(v.namespace, v.name): v.uid for v in instances.objects()}
+        return await instances.current_uids(pods)
 
     return uids
 

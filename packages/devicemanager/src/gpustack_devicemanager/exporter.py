@@ -259,6 +259,14 @@ def _capability(inputs: RoundInputs, snapshot: MonitorSnapshot | None) -> Family
     return capability
 
 
+InstanceUids = Callable[[Sequence[Pod]], Awaitable[Mapping[tuple[str, str], str] | None]]
+"""How a round learns its Instance Pods' Instances' current UIDs (``ExporterSource``)."""
+
+
+async def _unknown_uids() -> Mapping[tuple[str, str], str] | None:
+    return None
+
+
 @dataclass
 class ExporterSource:
     """Where a round's inputs come from: the node-pod index, the kubelet, our snapshot."""
@@ -273,10 +281,11 @@ class ExporterSource:
     """How the kubelet's summary is read (through the API server unless told otherwise)."""
     node_address: str | None = None
     """This node's address, for a kubelet read directly."""
-    instance_uids: Callable[[], Mapping[tuple[str, str], str] | None] = lambda: None
-    """(namespace, name) → the *current* UID of every Instance, or ``None`` while unknown (no
-    informer, or not synced): an Instance Pod is published only while its part-of UID is its
-    Instance's current UID, so a recreated Instance never shows its predecessor's Pod."""
+    instance_uids: InstanceUids = field(default=lambda pods: _unknown_uids())
+    """Given the round's Pods, (namespace, name) → the *current* UID of each Instance they
+    reference, or ``None`` when that cannot be known (no API access): an Instance Pod is
+    published only while its part-of UID is its Instance's current UID, so a recreated
+    Instance never shows its predecessor's Pod (incarnations.py reads them)."""
 
 
 def current_incarnations(
@@ -311,7 +320,8 @@ async def read_inputs(
     if raw is not None:
         skipped: list[str] = []
         entries = decoded(raw, skipped)
-        pods = current_incarnations([entry.pod for entry in entries], source.instance_uids())
+        every = [entry.pod for entry in entries]
+        pods = current_incarnations(every, await source.instance_uids(every))
         grants = {e.pod.metadata.uid: e.grants for e in entries if e.grant_error is None}
         for problem in skipped:
             log.debug("skipping a Pod the API returned: %s", problem)
