@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 import pytest
+import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -299,3 +301,164 @@ def test_a_spliced_list_body_is_the_bytes_json_response_wrote() -> None:
         "items": items,
     }
     assert list_body("PodList", "v1", 42, msgspec.json.encode(items)) == msgspec.json.encode(whole)
+
+
+# -- The node simulator's and the garbage collector's buckets, and watch events by node -------
+
+UIDS = ("u1", "u2", "u3", None)
+gc_object = st.tuples(
+    st.sampled_from(KINDS),
+    st.sampled_from(NAMESPACES),
+    st.sampled_from(NAMES),
+    st.sampled_from(UIDS),
+    st.booleans(),  # deletionTimestamp
+    st.lists(st.sampled_from(UIDS), max_size=3),  # ownerReferences' UIDs
+    st.sampled_from((None, "", "n1", "n2", 0)),  # spec.nodeName (0: false but not a string)
+)
+
+
+def _gc_object(spec: tuple[Any, ...]) -> dict[str, Any]:
+    kind, ns, name, uid, deleting, owners, node = spec
+    meta: dict[str, Any] = {"name": name}
+    if ns:
+        meta["namespace"] = ns
+    if uid is not None:
+        meta["uid"] = uid
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    if owners:
+        meta["ownerReferences"] = [{"kind": "X", "name": "o", "uid": u} for u in owners]
+    return {"kind": kind, "metadata": meta, "spec": {"nodeName": node}}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(gc_object, delete_op), max_size=40))
+def test_the_collectors_and_simulators_buckets_equal_the_scan(ops: list[tuple[Any, ...]]) -> None:
+    store, model = Store(), {}
+    for op in ops:
+        if op[0] == "delete":
+            _, kind, ns, name = op
+            store.delete(kind, ns, name)
+            model.pop((kind, ns, name), None)
+        else:
+            obj = _gc_object(op)
+            model[(op[0], op[1], op[2])] = store.put(op[0], obj)
+    for kind in (*KINDS, "Node"):
+        scanned = _scan(model, kind, None)
+
+        def ids(objects: list[dict[str, Any]]) -> list[int]:
+            return [id(o) for o in objects]
+
+        assert ids(store.deleting(kind)) == ids(
+            [o for o in scanned if o["metadata"].get("deletionTimestamp")]
+        )
+        assert ids(store.unbound(kind)) == ids(
+            [o for o in scanned if not o["spec"].get("nodeName")]
+        )
+        assert ids(store.gc_candidates(kind)) == ids(
+            [
+                o
+                for o in scanned
+                if o["metadata"].get("deletionTimestamp") or o["metadata"].get("ownerReferences")
+            ]
+        )
+        for uid in UIDS:
+            with_uid = [o for o in scanned if o["metadata"].get("uid") == uid]
+            assert store.has_uid(kind, uid) == bool(with_uid)
+            if uid is not None:
+                assert ids(store.with_uid(kind, uid)) == ids(with_uid)
+            owned = store.owned_by(kind, uid)
+            assert owned is not None
+            assert ids(owned) == ids(
+                [
+                    o
+                    for o in scanned
+                    if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or ())
+                ]
+            )
+
+
+def test_unreadable_owner_references_fall_back_to_the_scan() -> None:
+    store = Store()
+    odd = {"metadata": {"name": "odd", "ownerReferences": ["not-a-map"]}, "spec": {}}
+    store.put("Pod", odd)
+    store.put("Pod", {"metadata": {"name": "plain"}, "spec": {"nodeName": "n1"}})
+    assert store.owned_by("Pod", "u1") is None
+    assert [o["metadata"]["name"] for o in store.gc_candidates("Pod")] == ["odd", "plain"]
+    store.delete("Pod", "", "odd")
+    assert store.owned_by("Pod", "u1") == []
+    assert store.gc_candidates("Pod") == []
+
+
+node_event_op = st.one_of(
+    st.tuples(
+        st.just("put"),
+        st.sampled_from(KINDS),
+        st.sampled_from(NAMES),
+        st.sampled_from(("n1", "n2", "", None, "bad")),
+    ),
+    st.tuples(st.just("delete"), st.sampled_from(KINDS), st.sampled_from(NAMES), st.none()),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(node_event_op, max_size=60), st.integers(min_value=0, max_value=60))
+def test_node_events_are_the_events_a_node_watch_can_match(
+    ops: list[tuple[Any, ...]], since: int
+) -> None:
+    """Every event of the kind after ``since`` that is on the node (or unreadable), in order;
+    ``TooOld`` only when one of those left the history."""
+    history = 7
+    saved = store_module.HISTORY
+    store_module.HISTORY = history
+    try:
+        store, every = Store(), []
+        for action, kind, name, node in ops:
+            if action == "put":
+                spec: Any = (
+                    "not-a-map" if node == "bad" else ({} if node is None else {"nodeName": node})
+                )
+                store.put(kind, {"metadata": {"name": name, "namespace": "ns"}, "spec": spec})
+            else:
+                store.delete(kind, "ns", name)
+            if store.version and (not every or every[-1].version != store.version):
+                every.append(store._events[-1])
+        kept = {e.version for e in store._events}
+        for kind in KINDS:
+            for node in ("n1", "n2", ""):
+
+                def on_node(event: Event, node: str = node) -> bool:
+                    spec = event.object.get("spec")
+                    if not isinstance(spec, dict):
+                        return True  # unreadable: every node's watch reads it
+                    return str(spec.get("nodeName", "")) == node
+
+                wanted = [e for e in every if e.kind == kind and e.version > since and on_node(e)]
+                if any(e.version not in kept for e in wanted):
+                    with pytest.raises(TooOld):
+                        store.node_events_since(kind, node, since)
+                else:
+                    assert store.node_events_since(kind, node, since) == wanted
+    finally:
+        store_module.HISTORY = saved
+
+
+async def test_a_node_watch_wakes_for_its_node_and_for_unreadable_nodes_only() -> None:
+    store = Store()
+    woken: list[str] = []
+
+    async def wait(node: str) -> None:
+        await store.wait_changed("Pod", node)
+        woken.append(node)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait, "n1")
+        nursery.start_soon(wait, "n2")
+        await trio.testing.wait_all_tasks_blocked()
+        store.put("Pod", {"metadata": {"name": "a"}, "spec": {"nodeName": "n2"}})
+        store.put("ConfigMap", {"metadata": {"name": "a"}, "spec": {"nodeName": "n1"}})
+        await trio.testing.wait_all_tasks_blocked()
+        assert woken == ["n2"]
+        store.put("Pod", {"metadata": {"name": "b"}, "spec": "unreadable"})
+        await trio.testing.wait_all_tasks_blocked()
+        assert woken == ["n2", "n1"]

@@ -633,23 +633,39 @@ class ApiServer:
 
     # -- garbage collection ----------------------------------------------------------------
 
-    def _all(self) -> list[tuple[Resource, dict[str, Any]]]:
+    def _served(self) -> list[Resource]:
+        """One resource per served kind, in the registry's order (the collector's order)."""
         found = []
         seen: set[str] = set()
         for resource in list(self.registry.resources.values()):
-            if resource.kind in seen:
-                continue
-            seen.add(resource.kind)
-            found += [(resource, obj) for obj in self.store.list(resource.kind)]
+            if resource.kind not in seen:
+                seen.add(resource.kind)
+                found.append(resource)
         return found
+
+    def _candidates(self) -> list[tuple[Resource, dict[str, Any]]]:
+        """Every object the collector can act on (being deleted, or owned), in its order.
+
+        The store's indexes give them without visiting the rest: an object with neither a
+        ``deletionTimestamp`` nor owners is one no branch of ``_collect_once`` acts on.
+        """
+        return [(r, o) for r in self._served() for o in self.store.gc_candidates(r.kind)]
 
     def _dependents(self, meta: Mapping[str, Any]) -> list[tuple[Resource, dict[str, Any]]]:
         uid = meta.get("uid")
-        return [
-            (r, o)
-            for r, o in self._all()
-            if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or ())
-        ]
+        found = []
+        for resource in self._served():
+            owned = self.store.owned_by(resource.kind, uid)
+            if owned is None:  # references the index could not read: as the scan did
+                owned = [
+                    o
+                    for o in self.store.list(resource.kind)
+                    if any(
+                        ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or ()
+                    )
+                ]
+            found += [(resource, o) for o in owned]
+        return found
 
     def collect(self) -> None:
         """The garbage collector: run until nothing more is collected.
@@ -663,8 +679,17 @@ class ApiServer:
                 return
 
     def _collect_once(self) -> bool:
-        everything = self._all()
-        uids = {o["metadata"].get("uid") for _, o in everything}
+        everything = self._candidates()
+        kinds = [r.kind for r in self._served()]
+        # Which owners exist as this pass starts (the scan's set of every UID, asked only
+        # about the UIDs the candidates name).
+        named = {
+            r.get("uid")
+            for _, o in everything
+            for r in o["metadata"].get("ownerReferences") or ()
+            if isinstance(r, Mapping)
+        }
+        uids = {u for u in named if any(self.store.has_uid(kind, u) for kind in kinds)}
         served = {r.kind for r in self.registry.resources.values()}
         changed = False
         for resource, obj in everything:

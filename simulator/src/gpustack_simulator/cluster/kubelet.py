@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpustack_core.quantity import QuantityError, parse_quantity
 from gpustack_core.status import StatusError
+from gpustack_simulator.cluster.selectors import Narrowing
 from gpustack_simulator.cluster.state import NODE, POD, ClusterState
 
 if TYPE_CHECKING:
@@ -134,10 +135,23 @@ class NodeSimulator:
         grace = options.get("gracePeriodSeconds")
         return bool(pod.get("spec", {}).get("nodeName")) and grace not in (0, "0")
 
+    def _pending_work(self) -> list[dict[str, Any]]:
+        """The Pods a pass can act on, in list order: terminating, unbound, or this simulator's.
+
+        Read from the store's indexes, so a pass costs what it has to do, not a visit of every
+        Pod (a fleet has thousands, and a pass follows every Pod write).
+        """
+        store = self.state.store
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        mine = (pod for uid in self.managed for pod in store.with_uid(POD, uid))
+        for pod in (*store.deleting(POD), *store.unbound(POD), *mine):
+            meta = pod["metadata"]
+            found[(meta.get("namespace", ""), meta["name"])] = pod
+        return [found[name] for name in sorted(found)]
+
     def reconcile(self, api: ApiServer) -> None:
         """Schedule what is unbound, start what is bound, finish what is terminating."""
-        store = self.state.store
-        for pod in store.list(POD):
+        for pod in self._pending_work():
             meta = pod["metadata"]
             if meta.get("deletionTimestamp"):
                 if not meta.get("finalizers") and meta["uid"] not in self.scripted:
@@ -188,7 +202,8 @@ class NodeSimulator:
                 return f"had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"
         allocatable = node.get("status", {}).get("allocatable") or {}
         used: dict[str, int] = {}
-        for other in self.state.store.list(POD):
+        on_node = Narrowing(node_name=node["metadata"]["name"])
+        for other in self.state.store.candidates(POD, None, on_node):
             if other["spec"].get("nodeName") == node["metadata"]["name"] and other.get(
                 "status", {}
             ).get("phase") not in {"Succeeded", "Failed"}:

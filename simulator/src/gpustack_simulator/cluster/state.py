@@ -14,11 +14,15 @@ import yaml
 from gpustack_simulator.cluster import services
 from gpustack_simulator.cluster.pki import ClusterPKI
 from gpustack_simulator.cluster.resources import CONFIGMAP, INSTANCE, NODE, POD, Registry, from_crd
+from gpustack_simulator.cluster.selectors import Narrowing
 from gpustack_simulator.cluster.services import ENDPOINTS, SERVICE
 from gpustack_simulator.cluster.store import Store
 from gpustack_simulator.scenario import RECORDINGS_DIR, Expanded, Fault, UserSpec
+from gpustack_simulator.scenario import SYSTEM_NAMESPACE as DEVICE_MANAGER_NAMESPACE
 
 SYSTEM_NAMESPACE = "kube-system"
+_SERVICE_PODS = Narrowing(labels=tuple(services.SELECTOR.items()))
+"""The Device Manager Service's selector, as the store's label index reads it."""
 AUTH_CONFIGMAP = "extension-apiserver-authentication"
 INSTANCE_CRD = RECORDINGS_DIR.parent / "clusters" / "crds" / "instances.worker.gpustack.ai.yaml"
 """The project's Instance CRD: Instances written through the stand-in are validated by it."""
@@ -107,6 +111,8 @@ class ClusterState:
     node_changed: Callable[[], None] | None = None
     """Run the node simulator's pass (set by the routes): a Node changed outside the API — the
     fake kubelets' device counts — and Pods it could not place may fit now."""
+    _synced_from: tuple[Any, ...] | None = field(default=None, init=False, repr=False)
+    """What the Service and Endpoints were last computed from (``_sync_services``)."""
 
     def __post_init__(self) -> None:
         self.faults = list(self.expanded.faults)
@@ -134,10 +140,27 @@ class ClusterState:
         Each is stored only when it changed, so a watch sees one MODIFIED event per change
         that matters to it and none for an unrelated Pod's update.
         """
-        pods = self.store.list(POD)
+        # Only the Service's own Pods (its namespace and selector label) can change either
+        # object: read those from the store's label index, and skip the whole computation
+        # when none of them, nor either stored object, was written since the last one (every
+        # write gives an object a new resourceVersion).
+        pods = self.store.candidates(POD, DEVICE_MANAGER_NAMESPACE, _SERVICE_PODS)
+        versions = tuple(p["metadata"].get("resourceVersion") for p in pods)
+        if (versions, self._stored_versions()) == self._synced_from:
+            return
         service = services.device_manager_service(self.expanded.epoch, pods)
         self._put_if_changed(SERVICE, service)
         self._put_if_changed(ENDPOINTS, services.endpoints_for(service, pods))
+        self._synced_from = (versions, self._stored_versions())
+
+    def _stored_versions(self) -> tuple[Any, ...]:
+        return tuple(
+            (found or {}).get("metadata", {}).get("resourceVersion")
+            for found in (
+                self.store.get(kind, DEVICE_MANAGER_NAMESPACE, services.DEVICE_MANAGER_SERVICE)
+                for kind in (SERVICE, ENDPOINTS)
+            )
+        )
 
     def _put_if_changed(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]

@@ -9,12 +9,18 @@ each kind keeps its objects in list order (namespace, then name), and so does ev
 its indexes (by namespace, by ``spec.nodeName``, by label key and by label ``key=value``). A
 bucket is therefore always a subsequence of the kind's list, in the same order, so a list
 narrowed through an index returns exactly what the scan returned, at the cost of the bucket.
+The same buckets answer the node simulator and the garbage collector: objects by UID, those
+being deleted (``deletionTimestamp``), those with owners and those owned by one UID.
+
+Watch events are filed by ``spec.nodeName`` too, so a watch narrowed to one node (every
+Device Manager's Pod informer) wakes for, and reads, only its node's events.
 """
 
 from __future__ import annotations
 
 import copy
-from bisect import bisect_left
+import heapq
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -29,6 +35,8 @@ MEMOS_PER_KIND = 4096
 """Answers kept per kind between two of its changes (``Store.memo``); the oldest goes first."""
 
 T = TypeVar("T")
+_Objects = list[dict[str, Any]]
+"""A list of stored objects (``Store.list`` shadows the builtin's name in the class body)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,9 @@ class Event:
     kind: str
     object: dict[str, Any]
     version: int
+
+
+_Events = list["Event"]
 
 
 class TooOld(Exception):  # noqa: N818 — the API server's own name for the condition
@@ -89,7 +100,15 @@ class _Bucket:
 # ("node", nodeName),
 # ("label", key), ("label=", key, value). "node" and the label ones are left out for an object
 # whose field cannot be read the way the selectors read it; see ``_Kind.exact``.
+# For the node simulator and the garbage collector: ("uid", uid), ("deleting",) (a
+# deletionTimestamp is set), ("unbound",) (a spec whose nodeName is missing or false),
+# ("owned",) (any ownerReferences) and ("owner", uid) per owner;
+# "owner" is left out (and scanned for) when the references cannot be read as the collector
+# reads them.
 BucketKey = tuple[Hashable, ...]
+DELETING: BucketKey = ("deleting",)
+UNBOUND: BucketKey = ("unbound",)
+OWNED: BucketKey = ("owned",)
 
 
 def _node_name(obj: Mapping[str, Any]) -> str:
@@ -126,6 +145,28 @@ class _Kind:
             found += placed
         except Exception:  # labels that are not a map of hashable values
             found.append(("unindexed", "label"))
+        spec = obj.get("spec")
+        if isinstance(spec, Mapping) and not spec.get("nodeName"):
+            found.append(UNBOUND)  # the node simulator's reading: any false nodeName
+        meta = obj.get("metadata")
+        if isinstance(meta, Mapping):
+            uid = meta.get("uid")  # None too: the collector's set of UIDs holds it then
+            try:
+                hash(uid)
+                found.append(("uid", uid))
+            except TypeError:
+                found.append(("unindexed", "uid"))
+            if meta.get("deletionTimestamp"):
+                found.append(DELETING)
+            try:
+                owners = meta.get("ownerReferences") or ()
+                placed = [("owner", ref.get("uid")) for ref in owners]
+                hash(tuple(placed))
+                if owners:
+                    found.append(OWNED)
+                found += dict.fromkeys(placed)
+            except Exception:  # references that are not a list of maps
+                found.append(("unindexed", "owner"))
         return tuple(found)
 
     def set(self, name: Name, obj: dict[str, Any]) -> None:
@@ -176,6 +217,12 @@ class Store:
         self._changed = trio.Event()
         self._kind_changed: dict[str, trio.Event] = {}
         self._memos: dict[str, dict[Hashable, Any]] = {}
+        # The same events filed by (kind, spec.nodeName of the object); ``None`` for an object
+        # whose node cannot be read. Each list is in version order and trimmed with the
+        # history; ``_node_trimmed`` keeps the newest version each list lost to trimming.
+        self._node_events: dict[tuple[str, str | None], list[Event]] = {}
+        self._node_trimmed: dict[tuple[str, str | None], int] = {}
+        self._node_changed: dict[tuple[str, str], trio.Event] = {}
 
     @property
     def version(self) -> int:
@@ -185,15 +232,39 @@ class Store:
     def _notify(self, event: Event) -> None:
         # Watchers read from the history themselves; one event wakes all of them at once.
         self._events.append(event)
+        try:
+            node: str | None = _node_name(event.object)
+        except Exception:  # a malformed spec: every node's watch reads it (and filters it)
+            node = None
+        self._node_events.setdefault((event.kind, node), []).append(event)
         if len(self._events) > HISTORY + HISTORY // 4:
             drop = len(self._events) - HISTORY
             del self._events[:drop]
             self._first += drop
+            self._trim_node_events()
         changed, self._changed = self._changed, trio.Event()
         changed.set()
         waiting = self._kind_changed.pop(event.kind, None)
         if waiting is not None:
             waiting.set()
+        if node is not None:
+            waiting = self._node_changed.pop((event.kind, node), None)
+            if waiting is not None:
+                waiting.set()
+        else:
+            for key in [k for k in self._node_changed if k[0] == event.kind]:
+                self._node_changed.pop(key).set()
+
+    def _trim_node_events(self) -> None:
+        for key, events in list(self._node_events.items()):
+            cut = 0
+            while cut < len(events) and events[cut].version < self._first:
+                cut += 1
+            if cut:
+                self._node_trimmed[key] = events[cut - 1].version
+                del events[:cut]
+                if not events:
+                    del self._node_events[key]
 
     def _commit(self, kind: str, stamped: dict[str, Any], event_type: str) -> dict[str, Any]:
         self._version += 1
@@ -303,15 +374,110 @@ class Store:
         start = max(version + 1, oldest) - self._first
         return iter([e for e in self._events[start:] if e.kind == kind])
 
-    async def wait_changed(self, kind: str | None = None) -> None:
-        """Block until the next change (of ``kind``, if named); callers put a timeout around it."""
+    def node_events_since(self, kind: str, node: str, version: int) -> _Events:
+        """The events of ``kind`` after ``version`` that a ``spec.nodeName=<node>`` watch can match.
+
+        Those whose object (its last state, for a DELETED) is on ``node``, with those whose
+        node cannot be read, in version order.
+
+        ``TooOld`` only when the history lost one of those events: an event of another node
+        leaving the history takes nothing from this watch.
+        """
+        found = []
+        for key in ((kind, node), (kind, None)):
+            if self._node_trimmed.get(key, 0) > version:
+                raise TooOld(version)
+            events = self._node_events.get(key)
+            if events:
+                at = bisect_right(events, version, key=lambda e: e.version)
+                found.append(events[at:])
+        if len(found) == 2:
+            return list(heapq.merge(*found, key=lambda e: e.version))
+        return found[0] if found else []
+
+    async def wait_changed(self, kind: str | None = None, node: str | None = None) -> None:
+        """Block until the next change; callers put a timeout around it.
+
+        Of ``kind``, if named; then of an object on ``node`` too, if named (or of one whose
+        node cannot be read).
+        """
         if kind is None:
             await self._changed.wait()
+            return
+        if node is not None:
+            at = self._node_changed.get((kind, node))
+            if at is None:
+                at = self._node_changed[(kind, node)] = trio.Event()
+            await at.wait()
             return
         waiting = self._kind_changed.get(kind)
         if waiting is None:
             waiting = self._kind_changed[kind] = trio.Event()
         await waiting.wait()
+
+    # -- what the node simulator and the garbage collector ask ------------------------------
+
+    def with_uid(self, kind: str, uid: str) -> _Objects:
+        """The objects of ``kind`` with that ``metadata.uid`` (one, or none), in list order."""
+        objects = self._kinds.get(kind)
+        if objects is None:
+            return []
+        if not objects.exact("uid"):
+            return [o for o in objects.all.objects if o.get("metadata", {}).get("uid") == uid]
+        return list(objects.bucket(("uid", uid)).objects)
+
+    def has_uid(self, kind: str, uid: Any) -> bool:
+        """Whether an object of ``kind`` has ``metadata.uid`` equal to ``uid``.
+
+        A missing UID reads as ``None``, as ``metadata.get("uid")`` does.
+        """
+        objects = self._kinds.get(kind)
+        if objects is None:
+            return False
+        if not objects.exact("uid"):
+            return any(o.get("metadata", {}).get("uid") == uid for o in objects.all.objects)
+        try:
+            return bool(objects.buckets.get(("uid", uid)))
+        except TypeError:  # an unhashable value no indexed UID can equal
+            return any(o.get("metadata", {}).get("uid") == uid for o in objects.all.objects)
+
+    def deleting(self, kind: str) -> _Objects:
+        """The objects of ``kind`` with a ``deletionTimestamp``, in list order."""
+        objects = self._kinds.get(kind)
+        return [] if objects is None else list(objects.bucket(DELETING).objects)
+
+    def unbound(self, kind: str) -> _Objects:
+        """The objects of ``kind`` with a ``spec`` and no (or a false) ``spec.nodeName``."""
+        objects = self._kinds.get(kind)
+        return [] if objects is None else list(objects.bucket(UNBOUND).objects)
+
+    def gc_candidates(self, kind: str) -> _Objects:
+        """Every object of ``kind`` being deleted or having owners, in list order.
+
+        That is all the garbage collector can act on; the whole list when some references
+        cannot be read.
+        """
+        objects = self._kinds.get(kind)
+        if objects is None:
+            return []
+        if not objects.exact("owner"):
+            return list(objects.all.objects)
+        deleting, owned = objects.bucket(DELETING), objects.bucket(OWNED)
+        merged = dict(zip(deleting.names, deleting.objects, strict=True))
+        merged.update(zip(owned.names, owned.objects, strict=True))
+        return [merged[name] for name in sorted(merged)]
+
+    def owned_by(self, kind: str, uid: Any) -> _Objects | None:
+        """The objects of ``kind`` with an ownerReference of that UID, in list order.
+
+        ``None`` when some of the kind's references cannot be read (the caller scans then).
+        """
+        objects = self._kinds.get(kind)
+        if objects is None:
+            return []
+        if not objects.exact("owner"):
+            return None
+        return list(objects.bucket(("owner", uid)).objects)
 
 
 def matches(obj: Mapping[str, Any], namespace: str | None) -> bool:

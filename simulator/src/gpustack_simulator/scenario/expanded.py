@@ -40,6 +40,9 @@ class Expanded:
     _runtimes: dict[tuple[str, str], _Runtime] = field(default_factory=dict, repr=False)
     _procs: dict[str, dict[str, ProcEntry]] = field(default_factory=dict, repr=False)
     _storage_capacity: dict[str, int] = field(default_factory=dict, repr=False)
+    _node_index: tuple[tuple[int, ...], dict[str, list[_Runtime]]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     # -- authorization ---------------------------------------------------------------------
 
@@ -83,21 +86,35 @@ class Expanded:
     def _node_names(self) -> list[str]:
         return [n["metadata"]["name"] for n in self.nodes]
 
+    def _on_node(self, node: str) -> list[_Runtime] | None:
+        """The node's Pod runtimes, in the scenario's order; ``None``: no such node.
+
+        Indexed once (nodes and runtimes are fixed once expanded), so a kubelet summary costs
+        one node's Pods, not a visit of every scenario Pod and node; rebuilt if either list
+        was replaced.
+        """
+        basis = (id(self.nodes), len(self.nodes), id(self._runtimes), len(self._runtimes))
+        if self._node_index is None or self._node_index[0] != basis:
+            index: dict[str, list[_Runtime]] = {name: [] for name in self._node_names()}
+            for runtime in self._runtimes.values():
+                index.get(runtime.node, []).append(runtime)
+            self._node_index = (basis, index)
+        return self._node_index[1].get(node)
+
     def summary(self, node: str, t: float) -> dict[str, Any]:
         """The node's kubelet ``/stats/summary`` at scenario time ``t``.
 
         Faults are not applied here: whether the kubelet answers at all is the stand-in's
         decision (``fault_active``), what it would say is this one's.
         """
-        if node not in self._node_names():
+        runtimes = self._on_node(node)
+        if runtimes is None:
             raise KeyError(f"no node {node!r} in this scenario")
         now = _stamp(self.epoch, t)
         capacity = self._storage_capacity.get(node, 0)
         entries: list[dict[str, Any]] = []
         cpu_sum, memory_sum, storage_sum, cumulative = 0, 0, 0, 0
-        for runtime in self._runtimes.values():
-            if runtime.node != node:
-                continue
+        for runtime in runtimes:
             point = runtime.series.at(t)
             if point is None:
                 continue
@@ -152,6 +169,6 @@ class Expanded:
 
     def procs(self, node: str) -> dict[str, ProcEntry]:
         """The host process table the node's Device Managers see through their fake procfs."""
-        if node not in self._node_names():
+        if self._on_node(node) is None:
             raise KeyError(f"no node {node!r} in this scenario")
         return dict(self._procs.get(node, {}))

@@ -21,7 +21,7 @@ from gpustack_simulator.cluster.selectors import (
     label_selector,
     narrowing,
 )
-from gpustack_simulator.cluster.store import TooOld, matches
+from gpustack_simulator.cluster.store import Event, TooOld, matches
 
 WATCH_BOOKMARK_SECONDS = 5.0
 """How often an idle watch that asked for bookmarks gets one."""
@@ -293,6 +293,22 @@ class ObjectRoutes(RouteBase):
                 410, f"too old resource version: {since} ({store.version})", reason="Expired"
             ) from exc
 
+        node = narrowed.node_name
+
+        def pending_since(last: int) -> tuple[list[Event], int]:
+            """The events to consider after ``last``, and the version they bring it to.
+
+            A watch narrowed to one node (``spec.nodeName=``) reads only its node's events,
+            and wakes only for them: a thousand node watches are not each woken by, and made
+            to test, every Pod event. Its reading reaches the store's version, as a scan of
+            every event would have.
+            """
+            if node is None:
+                found = list(store.events_since(kind, last))
+                return found, found[-1].version if found else last
+            reached = store.version
+            return store.node_events_since(kind, node, last), reached
+
         async def stream() -> AsyncIterator[bytes]:
             last = since
             if not raw_version or since == 0:
@@ -303,19 +319,20 @@ class ObjectRoutes(RouteBase):
                 last = store.version
             with trio.move_on_after(timeout):
                 while True:
-                    pending = list(store.events_since(kind, last))
+                    pending, reached = pending_since(last)
                     if not pending:
+                        last = reached
                         with trio.move_on_after(
                             WATCH_BOOKMARK_SECONDS if bookmarks else DEFAULT_WATCH_SECONDS
                         ) as idle:
-                            await store.wait_changed(kind)
+                            await store.wait_changed(kind, node)
                         if idle.cancelled_caught and bookmarks:
                             yield _bookmark(kind, api_version, store.version)
                         continue
                     for event in pending:
-                        last = event.version
                         if matches(event.object, ns) and predicate(event.object):
                             yield _event(event.type, event.object)
+                    last = max(reached, pending[-1].version)
 
         response = Response(stream(), status=200, content_type=JSON)
         response.timeout = None
