@@ -40,6 +40,7 @@ from gpustack_simulator.redact import redact
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.replay.standins import STANDINS, replay_bindings
 from gpustack_simulator.synth.timeline import VirtualClock
+from gpustack_simulator.synth.write import SYNTHESIS, synthesize
 from gpustack_vendors.registry import VENDORS
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "recordings"
@@ -86,6 +87,23 @@ def carried(again: Recording, original: Recording) -> Recording:
 
 def test_every_vendor_has_a_committed_recording() -> None:
     assert {load_recording(p).vendor for p in PATHS} == set(VENDORS) == set(STANDINS)
+
+
+def test_the_simulator_tables_are_keyed_as_the_registry() -> None:
+    """Replay and synthesis name each manufacturer and library as the vendor registry does."""
+    assert list(STANDINS) == list(VENDORS) == list(SYNTHESIS)
+    for name, entry in VENDORS.items():
+        assert list(STANDINS[name]) == [library.id for library in entry.libraries], name
+
+
+def test_the_synthesizer_writes_every_committed_file_through_the_recorder() -> None:
+    written = {
+        RECORDINGS / name / spec.file: synthesize(name, spec)
+        for name, synthesis in SYNTHESIS.items()
+        for spec in synthesis.nodes
+    }
+    assert sorted(written) == PATHS
+    assert [p for p, text in written.items() if p.read_text() != text] == []
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: f"{p.parent.name}/{p.stem}")

@@ -28,9 +28,10 @@ from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.replay.dcmi_lib import FakeDcmiLib
 from gpustack_simulator.replay.dcmi_standin import DcmiCodec, as_module
 from gpustack_simulator.scenario import expand, load_scenario
-from gpustack_simulator.synth.ascend_nodes import NODES, ascend_recording, b2_chip, duo_chip
+from gpustack_simulator.synth.ascend_nodes import NODES, b2_chip, duo_chip
 from gpustack_simulator.synth.dcmi import AscendNode, DcmiAnswers, Vnpu
 from gpustack_simulator.synth.timeline import VirtualClock
+from gpustack_simulator.synth.write import synthesize
 from gpustack_vendors.ascend import AscendBackend
 from gpustack_vendors.bindings import dcmi as d
 from gpustack_vendors.bindings.dcmi import Dcmi
@@ -238,7 +239,7 @@ def test_record_of_replay_round_trips(path: Path) -> None:
 @pytest.mark.parametrize("spec", NODES, ids=lambda s: s.file)
 def test_committed_recordings_are_what_the_synthesizer_writes(spec: Any) -> None:
     """``just recordings`` regenerates each file byte for byte."""
-    assert ascend_recording(spec) == (RECORDINGS / spec.file).read_text()
+    assert synthesize("ascend", spec) == (RECORDINGS / spec.file).read_text()
 
 
 # -- named cases --------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from gpustack_simulator.replay.rocm_smi_standin import RocmSmiCodec, as_module
 from gpustack_simulator.synth.amd_nodes import rx7800xt_card
 from gpustack_simulator.synth.amdsmi import AmdNode, AmdProc
 from gpustack_simulator.synth.timeline import NodeSpec, VirtualClock, const
-from gpustack_simulator.synth.write import amd_recording
+from gpustack_simulator.synth.write import synthesize
 from gpustack_vendors import errors
 from gpustack_vendors.amd import AmdBackend
 from gpustack_vendors.bindings import rocm_smi
@@ -276,7 +276,7 @@ def test_one_unmeasured_row_takes_compute_off_the_whole_card() -> None:
         AmdNode("6.16.13", "7.2.0", (card,)),
         samples=1,
     )
-    recording = parse_recording(amd_recording(spec), source="mixed")
+    recording = parse_recording(synthesize("amd", spec), source="mixed")
     backend = replay_backend(recording, clock=VirtualClock())
     [device] = backend.detect().devices
     entry = backend.processes([device.id])[device.id]

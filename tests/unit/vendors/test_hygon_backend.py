@@ -32,8 +32,9 @@ from gpustack_simulator.replay import hygon_standin
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.replay.hygon_standin import HyDmiCodec, hydmi_module, rocm_smi_module
 from gpustack_simulator.replay.rocm_smi_standin import RocmSmiCodec
-from gpustack_simulator.synth.hygon_nodes import NODES, hygon_recording
+from gpustack_simulator.synth.hygon_nodes import NODES
 from gpustack_simulator.synth.timeline import VirtualClock
+from gpustack_simulator.synth.write import synthesize
 from gpustack_vendors import errors
 from gpustack_vendors.bindings import hydmi, rocm_smi
 from gpustack_vendors.bindings.hydmi import HyDmiError
@@ -185,7 +186,7 @@ def test_recordings_exist() -> None:
 @pytest.mark.parametrize("spec", NODES, ids=lambda s: s.file)
 def test_committed_recordings_are_what_the_recorder_writes(spec: Any) -> None:
     """Synthesized through the recorder over our bindings, never edited by hand."""
-    assert (RECORDINGS / spec.file).read_text() == hygon_recording(spec)
+    assert (RECORDINGS / spec.file).read_text() == synthesize("hygon", spec)
 
 
 def test_detect_reports_every_card_by_its_unique_id(hygon: Any) -> None:

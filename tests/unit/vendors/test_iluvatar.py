@@ -41,9 +41,8 @@ from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.replay.ixml_lib import FakeIxmlLib
 from gpustack_simulator.replay.ixml_standin import IxmlCodec, as_module
 from gpustack_simulator.synth.iluvatar_nodes import IluvatarNode, IluvatarProc, bi_v150_node
-from gpustack_simulator.synth.iluvatar_nodes import iluvatar_recording as synthesize
 from gpustack_simulator.synth.timeline import NodeSpec, VirtualClock, const
-from gpustack_simulator.synth.write import _synthesized
+from gpustack_simulator.synth.write import synthesize
 from gpustack_vendors import iluvatar
 from gpustack_vendors.bindings import ixml
 from gpustack_vendors.bindings.ixml import (
@@ -229,7 +228,7 @@ def test_a_process_ixml_cannot_size_is_absent_not_zero() -> None:
     card = dataclasses.replace(node.cards[0], procs=(unsized,))
     node = dataclasses.replace(node, cards=(card, node.cards[1]))
     spec = NodeSpec[IluvatarNode]("x.yaml", "unsized", ("test",), node, samples=1)
-    recording = parse_recording(synthesize(spec, _synthesized), source="unsized")
+    recording = parse_recording(synthesize("iluvatar", spec), source="unsized")
     backend = replay_backend(recording, clock=VirtualClock())
     device = backend.detect().devices[0].id
     [row] = backend.processes([device])[device].rows

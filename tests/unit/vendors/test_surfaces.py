@@ -37,20 +37,16 @@ from gpustack_simulator.replay import (
     pynvml_standin,
     rocm_smi_standin,
 )
+from gpustack_simulator.replay.standins import replay_bindings
 from gpustack_simulator.synth import amdsmi as synth_amdsmi
 from gpustack_simulator.synth import nvml as synth_nvml
 from gpustack_simulator.synth.amd_nodes import NODES as AMD_NODES
 from gpustack_simulator.synth.nvidia_nodes import NODES as NVML_NODES
 from gpustack_simulator.synth.timeline import VirtualClock
-from gpustack_vendors.amd import AmdBackend
-from gpustack_vendors.ascend import AscendBackend
 from gpustack_vendors.bindings import hydmi, hygon_rocm_smi
-from gpustack_vendors.cambricon import CambriconBackend
-from gpustack_vendors.hygon import HygonBackend
-from gpustack_vendors.iluvatar import IluvatarBackend
-from gpustack_vendors.metax import MetaxBackend
-from gpustack_vendors.nvidia import NvidiaBackend
 from gpustack_vendors.protocol import Backend
+from gpustack_vendors.registry import VENDORS as REGISTRY
+from gpustack_vendors.registry import Bindings
 from gpustack_vendors.surfaces.amd import AmdRocmSmiSurface, AmdSmiSurface
 from gpustack_vendors.surfaces.ascend import DcmiSurface
 from gpustack_vendors.surfaces.cambricon import CndevSurface
@@ -59,7 +55,6 @@ from gpustack_vendors.surfaces.iluvatar import IxmlSurface
 from gpustack_vendors.surfaces.metax import MxsmlSurface
 from gpustack_vendors.surfaces.nvidia import NvmlSurface
 from gpustack_vendors.surfaces.thead import HgmlSurface
-from gpustack_vendors.thead import TheadBackend
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "recordings"
 
@@ -311,25 +306,11 @@ def _traced_backend(vendor: str, recording: Recording, seen: dict[str, set[str]]
         if seam.vendor == vendor
         and not (seam.library == "hydmi_mig" and hygon_standin.dmi_missing(recording))
     }
-    traced: Any = {
+    traced: dict[str, object] = {
         name: _Traced(binding, seen.setdefault(name, set())) for name, binding in built.items()
     }
-    if vendor == "nvidia":
-        return NvidiaBackend(traced["pynvml"])
-    if vendor == "amd":
-        return AmdBackend(traced["amdsmi"], traced["rocm_smi"], clock=clock)
-    if vendor == "hygon":
-        missing = hygon_standin.dmi_missing(recording)
-        return HygonBackend(traced["rocm_smi"], traced.get("hydmi_mig"), dmi_missing=missing)
-    backends: dict[str, Callable[[Any], Backend]] = {
-        "ascend": AscendBackend,
-        "thead": TheadBackend,
-        "cambricon": CambriconBackend,
-        "iluvatar": IluvatarBackend,
-        "metax": MetaxBackend,
-    }
-    [binding] = traced.values()
-    return backends[vendor](binding)
+    replayed = replay_bindings(recording, clock=clock)
+    return REGISTRY[vendor].build(Bindings(opened=traced, absent=replayed.absent, clock=clock))
 
 
 @pytest.mark.parametrize("vendor", VENDORS)

@@ -30,8 +30,9 @@ from gpustack_simulator.replay.hgml_lib import FakeHgmlLib
 from gpustack_simulator.replay.hgml_standin import HgmlCodec, as_module
 from gpustack_simulator.scenario import expand, load_scenario
 from gpustack_simulator.synth.hgml import HgmlAnswers, PpuNode
-from gpustack_simulator.synth.thead_nodes import NODES, ppu_card, thead_recording
+from gpustack_simulator.synth.thead_nodes import NODES, ppu_card
 from gpustack_simulator.synth.timeline import VirtualClock
+from gpustack_simulator.synth.write import synthesize
 from gpustack_vendors.bindings import hgml as h
 from gpustack_vendors.bindings.hgml import Hgml, HGMLError
 from gpustack_vendors.thead import TheadBackend
@@ -224,7 +225,7 @@ def test_record_of_replay_round_trips(path: Path) -> None:
 
 @pytest.mark.parametrize("spec", NODES, ids=lambda s: s.file)
 def test_committed_recordings_are_what_the_synthesizer_writes(spec: Any) -> None:
-    assert thead_recording(spec) == (RECORDINGS / spec.file).read_text()
+    assert synthesize("thead", spec) == (RECORDINGS / spec.file).read_text()
 
 
 # -- the versioned process-utilization call, both ways -------------------------------------------

@@ -16,7 +16,6 @@ from gpustack_simulator.synth.dcmi import (
     AscendProc,
     Vnpu,
     const_mib,
-    record,
 )
 from gpustack_simulator.synth.timeline import NodeSpec, Steps, const
 
@@ -216,18 +215,3 @@ NODES = (
         AscendNode(DRIVER, (duo_chip(0), duo_chip(1))),
     ),
 )
-
-
-def ascend_recording(spec: NodeSpec[AscendNode]) -> str:
-    """Drive the Ascend backend over our DCMI binding on a synthetic C library; return the YAML."""
-    from gpustack_simulator.synth.write import _synthesized  # noqa: PLC0415 - write imports us
-
-    return _synthesized(
-        vendor="ascend",
-        description=spec.description,
-        sources=spec.sources,
-        libraries=[record(spec)],
-        node={"driver": spec.node.driver},
-        pids=spec.node.pids(),
-        loop_seconds=spec.samples * spec.interval,
-    )

@@ -13,24 +13,16 @@ describe. A utilization row exists only for a process that was busy in the sampl
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import version as dist_version
 from typing import Final
 
-from gpustack_simulator.recorder import RecordingProxy, exercise
-from gpustack_simulator.recording import Binding
-from gpustack_simulator.replay.cndev_lib import FakeCndevLib
-from gpustack_simulator.replay.cndev_standin import CndevCodec, as_module
 from gpustack_simulator.synth.timeline import NodeSpec, Steps, VirtualClock, const
 from gpustack_vendors.bindings import cndev
 from gpustack_vendors.bindings.cndev import (
     CNDEV_ERROR_INVALID_DEVICE_ID,
     CNDEV_HEALTH_STATE_DEVICE_GOOD,
-    Cndev,
     CNDevError,
 )
-from gpustack_vendors.cambricon import CambriconBackend
 
 MIB_IN_KIB: Final = 1024
 
@@ -265,35 +257,3 @@ NODES = (
         mlu370_node(),
     ),
 )
-
-
-def cambricon_recording(spec: NodeSpec[CambriconNode], synthesized: Callable[..., str]) -> str:
-    """Drive the Cambricon backend over our CNDev binding on synthetic answers; the YAML.
-
-    ``synthesized`` is ``synth.write``'s shared tail (provenance, Pod cgroups, YAML).
-    """
-    clock = VirtualClock()
-    binding = Cndev(FakeCndevLib(CndevAnswers(spec.node, clock)))
-    proxy = RecordingProxy(as_module(binding), CndevCodec(), clock=clock)
-    exercise(
-        CambriconBackend(proxy), samples=spec.samples, interval=spec.interval, sleep=clock.sleep
-    )
-    major, minor, build = spec.node.driver
-    return synthesized(
-        vendor="cambricon",
-        description=spec.description,
-        sources=spec.sources,
-        libraries=[
-            proxy.library(
-                "cndev",
-                Binding(
-                    module="gpustack_vendors.bindings.cndev",
-                    dist="gpustack-vendors",
-                    version=dist_version("gpustack-vendors"),
-                ),
-            )
-        ],
-        node={"driver": f"{major}.{minor}.{build}"},
-        pids=(proc.pid for card in spec.node.cards for proc in card.procs),
-        loop_seconds=spec.samples * spec.interval,
-    )

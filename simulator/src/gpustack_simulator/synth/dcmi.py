@@ -14,16 +14,10 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.metadata import version
 
-from gpustack_simulator.recorder import RecordingProxy, exercise
-from gpustack_simulator.recording import Binding, Library
-from gpustack_simulator.replay.dcmi_lib import FakeDcmiLib
-from gpustack_simulator.replay.dcmi_standin import LIBRARY_ID, DcmiCodec, as_module
-from gpustack_simulator.synth.timeline import NodeSpec, Steps, VirtualClock, const
-from gpustack_vendors.ascend import AscendBackend
+from gpustack_simulator.synth.timeline import Steps, VirtualClock, const
 from gpustack_vendors.bindings import dcmi as d
-from gpustack_vendors.bindings.dcmi import Dcmi, DCMIError
+from gpustack_vendors.bindings.dcmi import DCMIError
 
 MIB = 1 << 20
 HUAWEI = 0x19E5
@@ -240,22 +234,6 @@ def _pcie(bus_id: str, device_id: int) -> d.dcmi_pcie_info_all:
     info.domain, info.bdf_busid = int(domain, 16), int(bus, 16)
     info.bdf_deviceid, info.bdf_funcid = int(device, 16), int(function, 16)
     return info
-
-
-def record(spec: NodeSpec[AscendNode]) -> Library:
-    """Drive the unchanged Ascend backend over the synthetic node and return what DCMI answered."""
-    clock = VirtualClock()
-    binding = Dcmi(FakeDcmiLib(DcmiAnswers(spec.node, clock)))
-    proxy = RecordingProxy(as_module(binding), DcmiCodec(), clock=clock)
-    exercise(AscendBackend(proxy), samples=spec.samples, interval=spec.interval, sleep=clock.sleep)
-    return proxy.library(
-        LIBRARY_ID,
-        Binding(
-            module="gpustack_vendors.bindings.dcmi",
-            dist="gpustack-vendors",
-            version=version("gpustack-vendors"),
-        ),
-    )
 
 
 def const_mib(mib: int) -> Steps[int]:

@@ -13,18 +13,12 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from importlib.metadata import version
 from typing import Any
 
-from gpustack_simulator.recorder import RecordingProxy, exercise
-from gpustack_simulator.recording import Binding, Library
-from gpustack_simulator.replay.hgml_lib import FakeHgmlLib
-from gpustack_simulator.replay.hgml_standin import LIBRARY_ID, HgmlCodec, as_module
 from gpustack_simulator.synth.nvml import Mig, Proc
-from gpustack_simulator.synth.timeline import NodeSpec, Steps, VirtualClock
+from gpustack_simulator.synth.timeline import Steps, VirtualClock
 from gpustack_vendors.bindings import hgml as h
-from gpustack_vendors.bindings.hgml import Hgml, HGMLError
-from gpustack_vendors.thead import TheadBackend
+from gpustack_vendors.bindings.hgml import HGMLError
 
 EPOCH_US = 1_764_403_200_000_000
 """Sample timestamps are µs; replay time 0 is this instant."""
@@ -246,19 +240,3 @@ class _Functions:
             h.c_hgmlProcessUtilizationInfo_v1_t(stamp, pid, sm, sm // 4, 0, 0, 0, 0)
             for pid, stamp, sm in self._samples(card, last_seen)
         ]
-
-
-def record(spec: NodeSpec[PpuNode]) -> Library:
-    """Drive the unchanged T-Head backend over the synthetic node and return what HGML answered."""
-    clock = VirtualClock()
-    binding = Hgml(FakeHgmlLib(HgmlAnswers(spec.node, clock)))
-    proxy = RecordingProxy(as_module(binding), HgmlCodec(), clock=clock)
-    exercise(TheadBackend(proxy), samples=spec.samples, interval=spec.interval, sleep=clock.sleep)
-    return proxy.library(
-        LIBRARY_ID,
-        Binding(
-            module="gpustack_vendors.bindings.hgml",
-            dist="gpustack-vendors",
-            version=version("gpustack-vendors"),
-        ),
-    )

@@ -12,36 +12,16 @@ illustrative, laid on top to exercise what the spec describes.
 
 from __future__ import annotations
 
-from importlib.metadata import version
-
-from gpustack_simulator.recorder import RecordingProxy, exercise
-from gpustack_simulator.recording import Binding, Library, Load, Raises
-from gpustack_simulator.replay.hydmi_lib import FakeHyDmiLib
-from gpustack_simulator.replay.hygon_rocm_smi_lib import FakeHygonRocmSmiLib
-from gpustack_simulator.replay.hygon_standin import (
-    HYDMI_ID,
-    ROCM_SMI_ID,
-    HyDmiCodec,
-    hydmi_module,
-    rocm_smi_module,
-)
-from gpustack_simulator.replay.rocm_smi_standin import RocmSmiCodec
 from gpustack_simulator.synth.amdsmi import AmdProc
 from gpustack_simulator.synth.hygon import (
     MIB,
-    HydmiAnswers,
     HygonCard,
     HygonMig,
     HygonNode,
     HygonProfile,
-    RocmAnswers,
 )
-from gpustack_simulator.synth.timeline import NodeSpec, Steps, VirtualClock, const
-from gpustack_vendors.bindings import hydmi
-from gpustack_vendors.bindings.hydmi import DMI_ERROR_LIBRARY_NOT_FOUND, HyDmiMig
-from gpustack_vendors.bindings.hygon_rocm_smi import HygonRocmSmi
+from gpustack_simulator.synth.timeline import NodeSpec, Steps, const
 from gpustack_vendors.bindings.rocm_smi import CU_OCCUPANCY_INVALID
-from gpustack_vendors.hygon import HygonBackend
 
 OPERATOR_MIG = (
     "github.com/gpustack/gpustack-operator specs/2026-08-30-hygon-dcu-mig-partitioning.md "
@@ -262,58 +242,3 @@ NODES = (
         HygonNode(k100_cards(), None, mig=None, dtk="24.04.3"),
     ),
 )
-
-
-def hygon_recording(spec: NodeSpec[HygonNode]) -> str:
-    """Drive the Hygon backend over both synthetic libraries; both land in one recording.
-
-    A node without ``libhydmi_mig`` records that library as not loaded, which is what replay
-    reads to hand the backend no MIG binding.
-    """
-    from gpustack_simulator.synth.write import _synthesized  # noqa: PLC0415 - write imports us
-
-    node = spec.node
-    clock = VirtualClock()
-    rocm_binding = HygonRocmSmi(FakeHygonRocmSmiLib(RocmAnswers(node, clock)))
-    rocm = RecordingProxy(rocm_smi_module(rocm_binding), RocmSmiCodec(), clock=clock)
-    dmi: RecordingProxy | None = None
-    if node.mig is not None:
-        answers = HydmiAnswers(node, clock)
-        binding = HyDmiMig(FakeHyDmiLib(answers), registry=answers)
-        dmi = RecordingProxy(hydmi_module(binding), HyDmiCodec(), clock=clock)
-    missing = "" if dmi is not None else f"{hydmi.LIBRARY_NAME} could not be loaded"
-    backend = HygonBackend(rocm, dmi, dmi_missing=missing)
-    exercise(backend, samples=spec.samples, interval=spec.interval, sleep=clock.sleep)
-    ours = version("gpustack-vendors")
-    dmi_binding = Binding(
-        module="gpustack_vendors.bindings.hydmi", dist="gpustack-vendors", version=ours
-    )
-    libraries = [
-        rocm.library(
-            ROCM_SMI_ID,
-            Binding(
-                module="gpustack_vendors.bindings.hygon_rocm_smi",
-                dist="gpustack-vendors",
-                version=ours,
-            ),
-        ),
-        dmi.library(HYDMI_ID, dmi_binding)
-        if dmi is not None
-        else Library(
-            id=HYDMI_ID,
-            binding=dmi_binding,
-            load=Load(
-                ok=False,
-                raises=Raises(type="HyDmiLibraryNotFound", code=DMI_ERROR_LIBRARY_NOT_FOUND),
-            ),
-        ),
-    ]
-    return _synthesized(
-        vendor="hygon",
-        description=spec.description,
-        sources=spec.sources,
-        libraries=libraries,
-        node={"dtk": node.dtk},
-        pids=(proc.pid for card in node.cards for proc in card.procs),
-        loop_seconds=spec.samples * spec.interval,
-    )

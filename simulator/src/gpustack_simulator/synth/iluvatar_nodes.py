@@ -10,15 +10,9 @@ the operator's adapter expects IXML to.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import version as dist_version
 from typing import Final
 
-from gpustack_simulator.recorder import RecordingProxy, exercise
-from gpustack_simulator.recording import Binding
-from gpustack_simulator.replay.ixml_lib import FakeIxmlLib
-from gpustack_simulator.replay.ixml_standin import IxmlCodec, as_module
 from gpustack_simulator.synth.timeline import NodeSpec, Steps, VirtualClock, const
 from gpustack_vendors.bindings import ixml
 from gpustack_vendors.bindings.ixml import (
@@ -27,11 +21,9 @@ from gpustack_vendors.bindings.ixml import (
     NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
     NVML_TEMPERATURE_GPU,
-    Ixml,
     IXMLError,
     ixmlDevice_t,
 )
-from gpustack_vendors.iluvatar import IluvatarBackend
 
 MIB: Final = 1 << 20
 GIB: Final = 1 << 30
@@ -232,35 +224,3 @@ NODES = (
         bi_v150_node(),
     ),
 )
-
-
-def iluvatar_recording(spec: NodeSpec[IluvatarNode], synthesized: Callable[..., str]) -> str:
-    """Drive the Iluvatar backend over our IXML binding on synthetic answers; the YAML.
-
-    ``synthesized`` is ``synth.write``'s shared tail (provenance, Pod cgroups, YAML).
-    """
-    clock = VirtualClock()
-    binding = Ixml(FakeIxmlLib(IxmlAnswers(spec.node, clock)))
-    codec = IxmlCodec()
-    proxy = RecordingProxy(as_module(binding), codec, clock=clock)
-    exercise(
-        IluvatarBackend(proxy), samples=spec.samples, interval=spec.interval, sleep=clock.sleep
-    )
-    return synthesized(
-        vendor="iluvatar",
-        description=spec.description,
-        sources=spec.sources,
-        libraries=[
-            proxy.library(
-                "ixml",
-                Binding(
-                    module="gpustack_vendors.bindings.ixml",
-                    dist="gpustack-vendors",
-                    version=dist_version("gpustack-vendors"),
-                ),
-            )
-        ],
-        node={"driver": spec.node.driver},
-        pids=(proc.pid for card in spec.node.cards for proc in card.procs),
-        loop_seconds=spec.samples * spec.interval,
-    )

@@ -13,15 +13,9 @@ the wrong one attributes nothing, or card 1's processes to card 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import version as dist_version
 from typing import Final
 
-from gpustack_simulator.recorder import RecordingProxy, exercise
-from gpustack_simulator.recording import Binding
-from gpustack_simulator.replay.mxsml_lib import FakeMxsmlLib
-from gpustack_simulator.replay.mxsml_standin import MxsmlCodec, as_module
 from gpustack_simulator.synth.timeline import NodeSpec, Steps, VirtualClock, const
 from gpustack_vendors.bindings import mxsml
 from gpustack_vendors.bindings.mxsml import (
@@ -30,10 +24,8 @@ from gpustack_vendors.bindings.mxsml import (
     MXSML_TEMPERATURE_HOTSPOT,
     MXSML_USAGE_XCORE,
     MXSML_VERSION_DRIVER,
-    Mxsml,
     MXSMLError,
 )
-from gpustack_vendors.metax import MetaxBackend
 
 KIB_PER_MIB: Final = 1024
 MIB: Final = 1 << 20
@@ -252,32 +244,3 @@ NODES = (
         c600_node(),
     ),
 )
-
-
-def metax_recording(spec: NodeSpec[MetaxNode], synthesized: Callable[..., str]) -> str:
-    """Drive the MetaX backend over our MXSML binding on synthetic answers; the YAML.
-
-    ``synthesized`` is ``synth.write``'s shared tail (provenance, Pod cgroups, YAML).
-    """
-    clock = VirtualClock()
-    binding = Mxsml(FakeMxsmlLib(MxsmlAnswers(spec.node, clock)))
-    proxy = RecordingProxy(as_module(binding), MxsmlCodec(), clock=clock)
-    exercise(MetaxBackend(proxy), samples=spec.samples, interval=spec.interval, sleep=clock.sleep)
-    return synthesized(
-        vendor="metax",
-        description=spec.description,
-        sources=spec.sources,
-        libraries=[
-            proxy.library(
-                "mxsml",
-                Binding(
-                    module="gpustack_vendors.bindings.mxsml",
-                    dist="gpustack-vendors",
-                    version=dist_version("gpustack-vendors"),
-                ),
-            )
-        ],
-        node={"driver": spec.node.driver, "maca": spec.node.maca},
-        pids=(proc.pid for proc in spec.node.procs),
-        loop_seconds=spec.samples * spec.interval,
-    )

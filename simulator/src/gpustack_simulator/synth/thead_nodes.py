@@ -10,7 +10,7 @@ sizes are synthesized by analogy with NVML's naming; no PPU MIG capture exists t
 
 from __future__ import annotations
 
-from gpustack_simulator.synth.hgml import PpuCard, PpuNode, record
+from gpustack_simulator.synth.hgml import PpuCard, PpuNode
 from gpustack_simulator.synth.nvml import Mig, Proc
 from gpustack_simulator.synth.timeline import NodeSpec, Steps, const
 
@@ -137,18 +137,3 @@ NODES = (
         PpuNode("1.4.1-816bc0", 12030, tuple(ppu_card(i) for i in range(len(PPU_NODE)))),
     ),
 )
-
-
-def thead_recording(spec: NodeSpec[PpuNode]) -> str:
-    """Drive the T-Head backend over our HGML binding on a synthetic C library; return the YAML."""
-    from gpustack_simulator.synth.write import _synthesized  # noqa: PLC0415 - write imports us
-
-    return _synthesized(
-        vendor="thead",
-        description=spec.description,
-        sources=spec.sources,
-        libraries=[record(spec)],
-        node={"driver": spec.node.driver},
-        pids=spec.node.pids(),
-        loop_seconds=spec.samples * spec.interval,
-    )
