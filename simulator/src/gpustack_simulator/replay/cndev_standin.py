@@ -29,7 +29,6 @@ from gpustack_simulator.replay.cndev_lib import FakeCndevLib
 from gpustack_simulator.replay.engine import Clock, Replayer
 from gpustack_vendors.bindings import cndev
 from gpustack_vendors.bindings.cndev import CNDEV_ERROR_FUNCTION_NOT_FOUND, Cndev, CNDevError
-from gpustack_vendors.cambricon import CambriconBackend
 
 LIBRARY_ID = "cndev"
 
@@ -92,8 +91,3 @@ def replayer_of(binding: Cndev) -> Replayer:
 def as_module(binding: Cndev) -> types.ModuleType:
     """The binding's methods as a module, the shape the recorder's proxy wraps."""
     return binding_module(binding, "cndev", "CNDev binding methods", FUNCTIONS, CNDevError)
-
-
-def replay_backend(recording: Recording, *, clock: Clock | None = None) -> CambriconBackend:
-    """The Cambricon backend over :func:`build_binding`: what ``replay_backend`` hands out."""
-    return CambriconBackend(build_binding(recording, clock=clock))

@@ -23,7 +23,6 @@ from gpustack_simulator.replay.binding_standin import (
 )
 from gpustack_simulator.replay.dcmi_lib import FakeDcmiLib
 from gpustack_simulator.replay.engine import Clock, Replayer
-from gpustack_vendors.ascend import AscendBackend
 from gpustack_vendors.bindings import dcmi
 from gpustack_vendors.bindings.dcmi import Dcmi, DCMIError
 
@@ -92,8 +91,3 @@ def replayer_of(binding: Dcmi) -> Replayer:
 def as_module(binding: Dcmi) -> types.ModuleType:
     """The binding's methods as a module, the shape the recorder's proxy wraps."""
     return binding_module(binding, "dcmi", "DCMI binding methods", FUNCTIONS, DCMIError)
-
-
-def replay_backend(recording: Recording, *, clock: Clock | None = None) -> AscendBackend:
-    """The unchanged Ascend backend over :func:`build_binding`."""
-    return AscendBackend(build_binding(recording, clock=clock))

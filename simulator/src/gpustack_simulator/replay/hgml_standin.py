@@ -27,7 +27,6 @@ from gpustack_simulator.replay.engine import Clock, Replayer
 from gpustack_simulator.replay.hgml_lib import FakeHgmlLib
 from gpustack_vendors.bindings import hgml
 from gpustack_vendors.bindings.hgml import SYMBOLS, Hgml, HGMLError
-from gpustack_vendors.thead import TheadBackend
 
 LIBRARY_ID = "hgml"
 
@@ -105,8 +104,3 @@ def replayer_of(binding: Hgml) -> Replayer:
 def as_module(binding: Hgml) -> types.ModuleType:
     """The binding's methods as a module, the shape the recorder's proxy wraps."""
     return binding_module(binding, "hgml", "HGML binding methods", FUNCTIONS, HGMLError)
-
-
-def replay_backend(recording: Recording, *, clock: Clock | None = None) -> TheadBackend:
-    """The unchanged T-Head backend over :func:`build_binding`."""
-    return TheadBackend(build_binding(recording, clock=clock))

@@ -40,7 +40,6 @@ from gpustack_vendors.bindings.hydmi import (
 )
 from gpustack_vendors.bindings.hygon_rocm_smi import HygonRocmSmi
 from gpustack_vendors.bindings.rocm_smi import ROCMSMIError
-from gpustack_vendors.hygon import HygonBackend
 
 ROCM_SMI_ID: Final = "rocm_smi"
 HYDMI_ID: Final = "hydmi_mig"
@@ -181,10 +180,3 @@ def dmi_missing(recording: Recording) -> str:
         detail = f"{raises.type}, code {raises.code}" if raises is not None else "not loaded"
         return f"{hydmi.LIBRARY_NAME} did not load when recorded ({detail})"
     return ""
-
-
-def replay_backend(recording: Recording, *, clock: Clock | None = None) -> HygonBackend:
-    """The Hygon backend over both replayed bindings; no ``hydmi_mig`` means no partitions."""
-    missing = dmi_missing(recording)
-    dmi = None if missing else build_hydmi(recording, clock=clock)
-    return HygonBackend(build_rocm_smi(recording, clock=clock), dmi, dmi_missing=missing)

@@ -32,7 +32,6 @@ from gpustack_vendors.bindings.ixml import (
     IXMLError,
     ixmlDevice_t,
 )
-from gpustack_vendors.iluvatar import IluvatarBackend
 
 LIBRARY_ID = "ixml"
 
@@ -115,8 +114,3 @@ def replayer_of(binding: Ixml) -> Replayer:
 def as_module(binding: Ixml) -> types.ModuleType:
     """The binding's methods as a module, the shape the recorder's proxy wraps."""
     return binding_module(binding, "ixml", "IXML binding methods", FUNCTIONS, IXMLError)
-
-
-def replay_backend(recording: Recording, *, clock: Clock | None = None) -> IluvatarBackend:
-    """The Iluvatar backend over :func:`build_binding`: what ``replay_backend`` hands out."""
-    return IluvatarBackend(build_binding(recording, clock=clock))

@@ -28,7 +28,6 @@ from gpustack_simulator.replay.engine import Clock, Replayer
 from gpustack_simulator.replay.mxsml_lib import FakeMxsmlLib, Truncation
 from gpustack_vendors.bindings import mxsml
 from gpustack_vendors.bindings.mxsml import MXSML_ERROR_FUNCTION_NOT_FOUND, Mxsml, MXSMLError
-from gpustack_vendors.metax import MetaxBackend
 
 LIBRARY_ID = "mxsml"
 
@@ -82,8 +81,3 @@ def replayer_of(binding: Mxsml) -> Replayer:
 def as_module(binding: Mxsml) -> types.ModuleType:
     """The binding's methods as a module, the shape the recorder's proxy wraps."""
     return binding_module(binding, "mxsml", "MXSML binding methods", FUNCTIONS, MXSMLError)
-
-
-def replay_backend(recording: Recording, *, clock: Clock | None = None) -> MetaxBackend:
-    """The Metax backend over :func:`build_binding`: what ``replay_backend`` hands out."""
-    return MetaxBackend(build_binding(recording, clock=clock))
