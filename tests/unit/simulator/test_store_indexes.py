@@ -365,6 +365,9 @@ def test_the_collectors_and_simulators_buckets_equal_the_scan(ops: list[tuple[An
         for uid in UIDS:
             with_uid = [o for o in scanned if o["metadata"].get("uid") == uid]
             assert store.has_uid(kind, uid) == bool(with_uid)
+            assert store.uid_in({kind, "Node"}, uid) == bool(with_uid)
+            everywhere = [o for o in model.values() if o["metadata"].get("uid") == uid]
+            assert store.uid_in(set(KINDS), uid) == bool(everywhere)
             if uid is not None:
                 assert ids(store.with_uid(kind, uid)) == ids(with_uid)
             owned = store.owned_by(kind, uid)

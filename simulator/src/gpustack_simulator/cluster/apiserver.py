@@ -680,7 +680,7 @@ class ApiServer:
 
     def _collect_once(self) -> bool:
         everything = self._candidates()
-        kinds = [r.kind for r in self._served()]
+        kinds = {r.kind for r in self._served()}
         # Which owners exist as this pass starts (the scan's set of every UID, asked only
         # about the UIDs the candidates name).
         named = {
@@ -689,7 +689,7 @@ class ApiServer:
             for r in o["metadata"].get("ownerReferences") or ()
             if isinstance(r, Mapping)
         }
-        uids = {u for u in named if any(self.store.has_uid(kind, u) for kind in kinds)}
+        uids = {u for u in named if self.store.uid_in(kinds, u)}
         served = {r.kind for r in self.registry.resources.values()}
         changed = False
         for resource, obj in everything:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -223,6 +223,7 @@ class Store:
         self._node_events: dict[tuple[str, str | None], list[Event]] = {}
         self._node_trimmed: dict[tuple[str, str | None], int] = {}
         self._node_changed: dict[tuple[str, str], trio.Event] = {}
+        self._uid_kinds: dict[Hashable, dict[str, int]] = {}
 
     @property
     def version(self) -> int:
@@ -284,8 +285,21 @@ class Store:
         objects = self._kinds.setdefault(kind, _Kind())
         event_type = "MODIFIED" if name in objects.by_name else "ADDED"
         stamped = self._commit(kind, own, event_type)
+        self._count_uid(kind, objects.memberships.get(name, ()), -1)
         objects.set(name, stamped)
+        self._count_uid(kind, objects.memberships[name], 1)
         return stamped
+
+    def _count_uid(self, kind: str, memberships: tuple[BucketKey, ...], step: int) -> None:
+        """Keep ``_uid_kinds`` (UID → kind → how many objects) as an object joins or leaves."""
+        for key in memberships:
+            if key[0] == "uid":
+                kinds = self._uid_kinds.setdefault(key[1], {})
+                kinds[kind] = kinds.get(kind, 0) + step
+                if not kinds[kind]:
+                    del kinds[kind]
+                    if not kinds:
+                        del self._uid_kinds[key[1]]
 
     def delete(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """Remove an object; watchers see DELETED with its last state."""
@@ -293,6 +307,7 @@ class Store:
         obj = self.get(kind, namespace, name)
         if objects is None or obj is None:
             return None
+        self._count_uid(kind, objects.memberships.get((namespace, name), ()), -1)
         objects.remove((namespace, name))
         return self._commit(kind, copy.deepcopy(obj), "DELETED")
 
@@ -441,6 +456,20 @@ class Store:
         except TypeError:  # an unhashable value no indexed UID can equal
             return any(o.get("metadata", {}).get("uid") == uid for o in objects.all.objects)
 
+    def uid_in(self, kinds: Collection[str], uid: Any) -> bool:
+        """Whether an object of one of ``kinds`` has ``metadata.uid`` equal to ``uid``."""
+        try:
+            found = self._uid_kinds.get(uid) or {}
+        except TypeError:  # unhashable: only an unindexed UID can equal it
+            found = {}
+        if any(kind in kinds for kind in found):
+            return True
+        return any(
+            self.has_uid(kind, uid)
+            for kind in kinds
+            if kind in self._kinds and not self._kinds[kind].exact("uid")
+        )
+
     def deleting(self, kind: str) -> _Objects:
         """The objects of ``kind`` with a ``deletionTimestamp``, in list order."""
         objects = self._kinds.get(kind)
@@ -463,6 +492,8 @@ class Store:
         if not objects.exact("owner"):
             return list(objects.all.objects)
         deleting, owned = objects.bucket(DELETING), objects.bucket(OWNED)
+        if not deleting:
+            return list(owned.objects)
         merged = dict(zip(deleting.names, deleting.objects, strict=True))
         merged.update(zip(owned.names, owned.objects, strict=True))
         return [merged[name] for name in sorted(merged)]
