@@ -7,8 +7,11 @@ the start time, field 22 of ``stat``, which the tests set per process.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_attribution import MAIN, PLAIN, PLAIN_POD, POD, PODS, SIDECAR, systemd
@@ -19,6 +22,10 @@ from gpustack_devicemanager.attribution import (
     AttributionCache,
     NonInstance,
     Unattributed,
+    _identity,
+    _read_bytes,
+    _start_time,
+    _state,
     attribute,
 )
 
@@ -151,3 +158,93 @@ def test_a_process_that_renames_itself_is_read_again(tmp_path: Path) -> None:
         10: Unattributed(AttributionReason.MEDIATED)
     }
     assert cache.hits == 0
+
+
+def test_a_replaced_pod_record_is_classified_afresh(tmp_path: Path) -> None:
+    """The last answer is reused only for the very record it was decided on."""
+    write(tmp_path, 10, systemd(POD, MAIN), started=7)
+    cache = AttributionCache()
+    assert attribute([10], tmp_path, PODS, cache=cache) == {10: Attributed(POD, "main")}
+    first = attribute([10], tmp_path, PODS, cache=cache)[10]
+    assert attribute([10], tmp_path, PODS, cache=cache)[10] is first  # same record: reused
+    # The Pod is recreated under the same UID with new containers: MAIN is nobody's now.
+    restarted = replace(PODS[POD], containers=MappingProxyType({SIDECAR: "main"}))
+    assert attribute([10], tmp_path, {**PODS, POD: restarted}, cache=cache) == {
+        10: Unattributed(AttributionReason.UNKNOWN_CONTAINER)
+    }
+    # And an equal record that is another object is classified again, to the same answer.
+    again = replace(PODS[POD])
+    assert attribute([10], tmp_path, {**PODS, POD: again}, cache=cache) == {10: first}
+    assert cache.hits == 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.sampled_from([0, 1, 4095, 4096, 4097, 8192, 12_345]), data=st.data())
+def test_the_direct_reader_reads_what_path_read_bytes_reads(size: int, data: st.DataObject) -> None:
+    """Whole files of any length, chunk boundaries included, and the same errors."""
+    content = data.draw(st.binary(min_size=size, max_size=size))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "stat"
+        path.write_bytes(content)
+        assert _read_bytes(str(path)) == path.read_bytes() == content
+        for missing, error in (
+            (Path(tmp) / "gone", FileNotFoundError),
+            (Path(tmp), IsADirectoryError),
+        ):
+            with pytest.raises(error):
+                _read_bytes(str(missing))
+            with pytest.raises(error):
+                missing.read_bytes()
+
+
+INDEXES = [
+    PODS,
+    {},
+    {**PODS, POD: replace(PODS[POD])},
+    {**PODS, POD: replace(PODS[POD], containers=MappingProxyType({SIDECAR: "main"}))},
+    {**PODS, POD: replace(PODS[POD], instance=False)},
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ticks=st.lists(
+        st.tuples(st.lists(st.sampled_from(CONTAINERS), min_size=3, max_size=3), st.integers(0, 4)),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_cached_answers_follow_the_pod_index(
+    ticks: list[tuple[list[tuple[str, str]], int]],
+) -> None:
+    """Whatever the node's Pod index hands over each tick, the cache changes no answer."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        cache = AttributionCache()
+        for placement, index in ticks:
+            for pid, (pod, container) in zip((10, 11, 12), placement, strict=True):
+                write(
+                    root, pid, systemd(pod, container), started=CONTAINERS.index((pod, container))
+                )
+            pods = INDEXES[index]
+            assert attribute([10, 11, 12], root, pods, cache=cache) == attribute(
+                [10, 11, 12], root, pods
+            )
+
+
+@given(
+    st.one_of(
+        st.binary(max_size=120),
+        st.builds(
+            lambda name, state, fields: f"5 ({name}) {state} {' '.join(fields)}\n".encode(
+                "utf-8", "surrogateescape"
+            ),
+            st.text(max_size=20),
+            st.text(max_size=2),
+            st.lists(st.text(alphabet="0123456789 \t)(", max_size=6), max_size=30),
+        ),
+    )
+)
+def test_stat_is_read_once_to_the_same_identity(stat: bytes) -> None:
+    """The warm path's one parse says what the full path's two parses say, on any text."""
+    assert _identity(stat) == (_state(stat), _start_time(stat))

@@ -439,3 +439,48 @@ def test_the_uniform_node_publishes_the_documented_bytes(tmp_path: Path) -> None
         assert len(expected["slices"]["usages"]) == MAX_SLICE_RECORDS
         assert body == json.dumps(expected, separators=(",", ":")).encode()
     assert context.attribution.hits == 2 * MAX_SLICE_RECORDS
+
+
+# -- what a tick keeps of the Pod index -------------------------------------------------------
+
+
+def test_a_tick_reduces_only_the_pod_entries_that_changed(tmp_path: Path) -> None:
+    """The informer's entry for an unchanged Pod is the same object; only new ones are read."""
+    uids = [pod_uid(0, p) for p in range(3)]
+    entries = {
+        uid: node_pod(
+            pod_object(
+                uid,
+                f"pod-{p}",
+                {"main": container_id(0, p, "main")},
+                {"main": sliced(device_id(0))},
+            )
+        )
+        for p, uid in enumerate(uids)
+    }
+    for p, uid in enumerate(uids):
+        write_proc(tmp_path, pid_of(0, p), cgroup(uid, container_id(0, p, "main")), started=p)
+    rows = DeviceProcesses(device_id(0), tuple(ProcessRow(pid_of(0, p), MIB, 1) for p in range(3)))
+    backend = FakeBackend(
+        [CardSample(device_id(0), 81_559, 1, 1, 40, 1.0, False)], {device_id(0): rows}
+    )
+    context = TickContext(MFR, 15.0, tmp_path)
+    tick(backend, list(entries.values()), context, T0)
+    before = {key: view[1] for key, view in context.pod_views.items()}
+    # Pod 1 changes (a new entry, as the informer stores on a watch event); Pod 2 is deleted.
+    entries[uids[1]] = node_pod(
+        pod_object(
+            uids[1],
+            "pod-1",
+            {"main": container_id(0, 1, "main", 1)},
+            {"main": sliced(device_id(0))},
+        )
+    )
+    del entries[uids[2]]
+    snapshot = tick(backend, list(entries.values()), context, T0)
+    views = context.pod_views
+    assert {view[0].pod.metadata.uid for view in views.values()} == set(uids[:2])
+    assert views[id(entries[uids[0]])][1] is before[id(entries[uids[0]])]  # kept as it was
+    assert views[id(entries[uids[1]])][1].containers == {container_id(0, 1, "main", 1): "main"}
+    assert snapshot.slices is not None
+    assert snapshot.slices.devices[0].memory_reason == "unknown_container"  # pod 1's old ID

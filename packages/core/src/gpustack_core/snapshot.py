@@ -3,6 +3,11 @@
 Only the latest sample is kept and served. ``slices`` is optional and its absence means "could
 not measure", which is different from an empty section ("measured, nothing carved"). Raw PIDs
 never appear here: they never leave the Device Manager.
+
+The leaf records (cards, usages, devices, partitions, confirmed grants) hold scalars only, so
+they are declared ``gc=False``: no reference cycle can pass through them, and a tick at the bounds
+makes some 4,600 of them, which as tracked objects set off collections that re-scan the whole
+daemon's heap (the informer's Pods included) every few ticks.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
 """The timestamp served before the first monitor tick (Go's zero time)."""
 
 
-class CardFigures(Wire, frozen=True, kw_only=True):
+class CardFigures(Wire, frozen=True, kw_only=True, gc=False):
     """One accelerator's whole-card figures in native contract units (MiB, %, °C, W)."""
 
     id: str
@@ -57,7 +62,7 @@ class SnapshotGroup(Wire, frozen=True, kw_only=True):
     accelerators: tuple[CardFigures, ...] = ()
 
 
-class SliceUsage(Wire, frozen=True, kw_only=True):
+class SliceUsage(Wire, frozen=True, kw_only=True, gc=False):
     """Per (Pod, container, device) usage of a carved share; PIDs already summed away.
 
     ``coresUtilizationPercent`` is a share of the **whole card**, summed over the container's
@@ -72,7 +77,7 @@ class SliceUsage(Wire, frozen=True, kw_only=True):
     cores_utilization_percent: int | None = None
 
 
-class SliceDevice(Wire, frozen=True, kw_only=True):
+class SliceDevice(Wire, frozen=True, kw_only=True, gc=False):
     """Diagnostics for one queried device: why a figure is absent, and how the rows fared."""
 
     manufacturer: str
@@ -87,7 +92,7 @@ class SliceDevice(Wire, frozen=True, kw_only=True):
     reads_truncated: int = 0
 
 
-class SlicePartition(Wire, frozen=True, kw_only=True):
+class SlicePartition(Wire, frozen=True, kw_only=True, gc=False):
     """A hardware partition read on its **own** handle: its own id, capacity and usage."""
 
     manufacturer: str
@@ -115,7 +120,7 @@ class SliceSection(Wire, frozen=True, kw_only=True):
     partitions: tuple[SlicePartition, ...] = ()
 
 
-class ConfirmedGrant(Wire, frozen=True, kw_only=True):
+class ConfirmedGrant(Wire, frozen=True, kw_only=True, gc=False):
     """A grant on this manager's cards that the kubelet's record confirms (``confirm.py``)."""
 
     pod_uid: str

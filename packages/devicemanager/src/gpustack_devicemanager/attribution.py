@@ -12,6 +12,7 @@ caller: outcomes name Pods and containers, never processes.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,36 @@ holds belongs to whichever Pods talk to it, and the cgroup names only the daemon
 ReadFile: TypeAlias = Callable[[Path], bytes]
 """How a ``/proc`` file is read. A seam so tests can change a file between two reads (PID
 reuse) without sleeping or racing a real process."""
+
+_Reader: TypeAlias = Callable[[str], bytes]
+"""A :data:`ReadFile` on the path as text: the pass names 4,096 files a tick at the bounds,
+and building a ``Path`` for each cost more than reading it."""
+
+_CHUNK = 4096
+"""One read takes the whole of ``stat``, ``comm`` or a ``cgroup`` file in practice."""
+
+
+def _read_bytes(path: str) -> bytes:
+    """``Path.read_bytes`` without a ``Path`` or a buffered file: open, read to the end, close.
+
+    It raises what ``Path.read_bytes`` raises (the same ``OSError`` subclasses), so
+    :func:`_read` turns them into the same reasons.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, _CHUNK):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _reader(read_file: ReadFile) -> _Reader:
+    """The text-path reader for ``read_file``: the direct one for the default."""
+    if read_file is Path.read_bytes:
+        return _read_bytes
+    return lambda path: read_file(Path(path))
 
 
 @dataclass(frozen=True)
@@ -87,7 +118,7 @@ class Unattributed:
 Outcome: TypeAlias = Attributed | NonInstance | Unattributed
 
 
-def _read(read_file: ReadFile, path: Path) -> bytes | AttributionReason:
+def _read(read_file: _Reader, path: str) -> bytes | AttributionReason:
     """Read one ``/proc`` file, turning the ways it fails into the reason each one means.
 
     ``ProcessLookupError`` (ESRCH) is what reading an already-open-but-exiting process's file
@@ -142,7 +173,35 @@ def _start_time(stat: bytes) -> str | None:
     return f"{fields[_START_TIME_FIELD]}:{name}"
 
 
+def _identity(stat: bytes) -> tuple[str | None, str | None]:
+    """:func:`_state` and :func:`_start_time` of one ``stat`` text, decoded and split once."""
+    text = stat.decode("utf-8", "surrogateescape")
+    head, paren, rest = text.rpartition(")")
+    fields = rest.split(None, _START_TIME_FIELD + 1)
+    if not paren or not fields:
+        return None, None
+    if len(fields) <= _START_TIME_FIELD:
+        return fields[0], None
+    return fields[0], f"{fields[_START_TIME_FIELD]}:{head[text.find('(') + 1 :]}"
+
+
 _MEDIATED = Unattributed(AttributionReason.MEDIATED)
+
+Known: TypeAlias = CgroupIdentity | AttributionReason | Unattributed
+"""What a process's reads said that holds for its life: its cgroup's answer, or "mediated"."""
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One placed process: its identity, what its reads said, and the last answer given."""
+
+    started: str
+    """Start time and name, as :func:`_start_time` writes them."""
+    known: Known
+    record: PodRecord | None = None
+    """The node's record of the process's Pod when ``outcome`` was decided (``None``: none)."""
+    outcome: Outcome | None = None
+    """The answer for ``record``; it stands while the index hands over the same record."""
 
 
 @dataclass
@@ -158,9 +217,7 @@ class AttributionCache:
     are dropped at its end: the cache holds at most one tick's PIDs.
     """
 
-    entries: dict[int, tuple[str, CgroupIdentity | AttributionReason | Unattributed]] = field(
-        default_factory=dict
-    )
+    entries: dict[int, _Entry] = field(default_factory=dict)
     hits: int = 0
     """PIDs placed from the cache (one read each); for tests and benchmarks."""
 
@@ -172,27 +229,33 @@ class AttributionCache:
 
 
 def _from_cache(
-    pid: int,
-    base: Path,
+    entry: _Entry,
+    base: str,
     pods: Mapping[str, PodRecord],
-    read_file: ReadFile,
+    read_file: _Reader,
     cache: AttributionCache,
 ) -> tuple[Outcome, bool] | None:
-    """The warm path: one ``stat`` read; ``None`` when the process must be read in full."""
-    cached = cache.entries.get(pid)
-    if cached is None:
-        return None
-    stat = _read(read_file, base / "stat")
+    """The warm path: one ``stat`` read; ``None`` when the process must be read in full.
+
+    The Pod side is looked up afresh every tick; only when the index hands over the very
+    record the last answer was decided on (records are immutable) is that answer reused.
+    """
+    stat = _read(read_file, base + "stat")
     if isinstance(stat, AttributionReason):
         return Unattributed(stat), stat is AttributionReason.EXITED
-    state, started = _state(stat), _start_time(stat)
-    if state in {"Z", "X"} or started != cached[0]:
+    state, started = _identity(stat)
+    if state in {"Z", "X"} or started != entry.started:
         return None  # a zombie now, or another process under a reused PID: the full path says
     cache.hits += 1
-    known = cached[1]
+    known = entry.known
     if isinstance(known, Unattributed):
         return known, False
-    return _classify(known, pods), False
+    if isinstance(known, AttributionReason):
+        return Unattributed(known), False
+    record = pods.get(known.pod_uid)
+    if entry.outcome is None or record is not entry.record:
+        entry.record, entry.outcome = record, _classify(known, pods)
+    return entry.outcome, False
 
 
 def _classify(parsed: CgroupIdentity | AttributionReason, pods: Mapping[str, PodRecord]) -> Outcome:
@@ -210,22 +273,21 @@ def _classify(parsed: CgroupIdentity | AttributionReason, pods: Mapping[str, Pod
 
 
 def _attribute_one(
-    base: Path,
+    base: str,
     pods: Mapping[str, PodRecord],
-    read_file: ReadFile,
-    remember: Callable[[str, CgroupIdentity | AttributionReason | Unattributed], None]
-    | None = None,
+    read_file: _Reader,
+    remember: Callable[[str, Known], None] | None = None,
 ) -> tuple[Outcome, bool]:
     """One PID's outcome, and whether its ``/proc`` entry was missing at the first read.
 
     ``remember`` receives the process's start time and what its cgroup and name said, once
     both cgroup reads agreed (a stable answer is the only one worth keeping).
     """
-    first = _read(read_file, base / "cgroup")
+    first = _read(read_file, base + "cgroup")
     if isinstance(first, AttributionReason):
         return Unattributed(first), first is AttributionReason.EXITED
 
-    stat = _read(read_file, base / "stat")
+    stat = _read(read_file, base + "stat")
     if isinstance(stat, AttributionReason):
         return Unattributed(stat), False
     state = _state(stat)
@@ -237,7 +299,7 @@ def _attribute_one(
         # "Dead": the kernel is removing it this instant; nothing of it is left to attribute.
         return Unattributed(AttributionReason.EXITED), False
 
-    comm = _read(read_file, base / "comm")
+    comm = _read(read_file, base + "comm")
     if isinstance(comm, AttributionReason):
         return Unattributed(comm), False
     if comm.decode("utf-8", "surrogateescape").startswith(MPS_COMM_PREFIX):
@@ -257,7 +319,7 @@ def _attribute_one(
     # reads the same twice means whatever runs under this PID now runs in the same container,
     # so the answer holds either way; one that changed or vanished cannot be trusted. (Reuse
     # before the first read is undetectable here: the vendor reports no start time to compare.)
-    second = _read(read_file, base / "cgroup")
+    second = _read(read_file, base + "cgroup")
     if second != first:
         return Unattributed(AttributionReason.UNSTABLE), False
     started = _start_time(stat)
@@ -286,24 +348,24 @@ def attribute(
     """
     outcomes: dict[int, Outcome] = {}
     every_missing = True
+    read = _reader(read_file)
+    root = os.fspath(proc_root)
     for pid in pids:
         if pid in outcomes:
             continue
-        base = proc_root / str(pid)
-        warm = _from_cache(pid, base, pods, read_file, cache) if cache is not None else None
+        base = f"{root}/{pid}/"
+        warm = None
+        if cache is not None and (cached := cache.entries.get(pid)) is not None:
+            warm = _from_cache(cached, base, pods, read, cache)
         if warm is None:
             remember = None
             if cache is not None:
                 cache.entries.pop(pid, None)
 
-                def remember(
-                    started: str,
-                    known: CgroupIdentity | AttributionReason | Unattributed,
-                    pid: int = pid,
-                ) -> None:
-                    cache.entries[pid] = (started, known)
+                def remember(started: str, known: Known, pid: int = pid) -> None:
+                    cache.entries[pid] = _Entry(started, known)
 
-            warm = _attribute_one(base, pods, read_file, remember)
+            warm = _attribute_one(base, pods, read, remember)
         outcome, missing = warm
         outcomes[pid] = outcome
         every_missing = every_missing and missing

@@ -29,7 +29,7 @@ from gpustack_core.snapshot import (
 from gpustack_core.units import percent_of
 from gpustack_devicemanager.attribution import AttributionCache, PodRecord, attribute
 from gpustack_devicemanager.holder import SnapshotHolder
-from gpustack_devicemanager.podview import PodEntry, decoded
+from gpustack_devicemanager.podview import NodePod, PodEntry, decoded
 from gpustack_devicemanager.slices import PodGrants, build_section, targets
 from gpustack_vendors.model import CardSample
 from gpustack_vendors.protocol import Backend
@@ -57,6 +57,11 @@ class TickContext:
     last_reasons: dict[str, tuple[str, str]] = field(default_factory=dict)
     attribution: AttributionCache = field(default_factory=AttributionCache)
     """Placed processes by PID and start time: a steady tick reads one file per PID."""
+    pod_views: dict[int, tuple[NodePod, PodRecord, PodGrants | None]] = field(default_factory=dict)
+    """Each Pod entry's record and grants, by the entry's identity: the informer keeps one
+    (immutable) entry per Pod until the Pod changes, so an unchanged Pod costs a lookup. The
+    entry itself is held too, so its ``id`` cannot be reused while it is a key; entries not
+    seen in a tick are dropped at its end."""
     confirming: bool = False
     """The Pods' grants were checked against the kubelet's record (confirmation.py): the
     snapshot then lists the grants that stand, for the worker to hold its reads to."""
@@ -94,9 +99,16 @@ def _node_pods(
     entries = decoded(raw, skipped)
     for problem in skipped:
         _warn_once(context, f"pod:{problem}", "skipping a Pod the API returned: %s", problem)
+    seen = context.pod_views
+    views: dict[int, tuple[NodePod, PodRecord, PodGrants | None]] = {}
     for entry in entries:
         pod = entry.pod
-        records[pod.metadata.uid] = PodRecord.from_pod(pod)
+        view = seen.get(id(entry))
+        if view is None or view[0] is not entry:
+            held = PodGrants(pod.metadata.uid, entry.grants) if entry.grants else None
+            view = (entry, PodRecord.from_pod(pod), held)
+        views[id(entry)] = view
+        records[pod.metadata.uid] = view[1]
         if entry.grant_error is not None:
             annotation = pod.metadata.annotations.get(contract.ALLOCATION_ANNOTATION)
             _warn_once(
@@ -108,8 +120,9 @@ def _node_pods(
                 entry.grant_error,
             )
             continue
-        if entry.grants:
-            grants.append(PodGrants(pod.metadata.uid, entry.grants))
+        if view[2] is not None:
+            grants.append(view[2])
+    context.pod_views = views
     return records, grants
 
 
