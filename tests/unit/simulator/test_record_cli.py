@@ -24,9 +24,15 @@ from gpustack_simulator.replay.standins import replay_bindings
 from gpustack_simulator.replay.validate import load_replayable
 from gpustack_simulator.synth.timeline import VirtualClock
 from gpustack_vendors import registry
-from gpustack_vendors.bindings import cndev, dcmi, hgml, hydmi, hygon_rocm_smi, ixml, mxsml
+from gpustack_vendors.ascend import dcmi
 from gpustack_vendors.bindings import rocm_smi as rocm_smi_binding
+from gpustack_vendors.cambricon import cndev
+from gpustack_vendors.hygon import hydmi
+from gpustack_vendors.hygon import rocm_smi as hygon_rocm_smi
+from gpustack_vendors.iluvatar import ixml
+from gpustack_vendors.metax import mxsml
 from gpustack_vendors.registry import VENDORS
+from gpustack_vendors.thead import hgml
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "recordings"
 runner = CliRunner()

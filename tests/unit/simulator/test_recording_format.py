@@ -22,7 +22,7 @@ from gpustack_simulator.redact import FIRST_FAKE_PID, redact_pids
 from gpustack_simulator.replay import pynvml_standin
 from gpustack_simulator.replay.pynvml_standin import PynvmlCodec
 from gpustack_simulator.synth.timeline import VirtualClock
-from gpustack_vendors.nvidia import NvidiaBackend
+from gpustack_vendors.nvidia.backend import NvidiaBackend
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "recordings"
 ALL = sorted(RECORDINGS.glob("*/*.yaml"))

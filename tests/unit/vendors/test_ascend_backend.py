@@ -32,9 +32,9 @@ from gpustack_simulator.synth.ascend_nodes import NODES, b2_chip, duo_chip
 from gpustack_simulator.synth.dcmi import AscendNode, DcmiAnswers, Vnpu
 from gpustack_simulator.synth.timeline import VirtualClock
 from gpustack_simulator.synth.write import synthesize
-from gpustack_vendors.ascend import AscendBackend
-from gpustack_vendors.bindings import dcmi as d
-from gpustack_vendors.bindings.dcmi import Dcmi
+from gpustack_vendors.ascend import dcmi as d
+from gpustack_vendors.ascend.backend import AscendBackend
+from gpustack_vendors.ascend.dcmi import Dcmi
 
 ROOT = Path(__file__).resolve().parents[3] / "recordings"
 RECORDINGS = ROOT / "ascend"

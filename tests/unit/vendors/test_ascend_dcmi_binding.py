@@ -23,9 +23,9 @@ from gpustack_core.reasons import QueryReason
 from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay import dcmi_standin
 from gpustack_simulator.replay.dcmi_lib import FakeDcmiLib
-from gpustack_vendors.ascend import DCMI_REASONS, AscendBackend
-from gpustack_vendors.bindings import dcmi as d
-from gpustack_vendors.bindings.dcmi import Dcmi, DCMIError, DcmiLibraryNotFound, load_library
+from gpustack_vendors.ascend import dcmi as d
+from gpustack_vendors.ascend.backend import DCMI_REASONS, AscendBackend
+from gpustack_vendors.ascend.dcmi import Dcmi, DCMIError, DcmiLibraryNotFound, load_library
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "recordings" / "ascend"
 MIB = 1 << 20
@@ -321,7 +321,8 @@ def test_nothing_loads_the_library_until_it_is_asked_for() -> None:
         opened = []
         real = ctypes.CDLL
         ctypes.CDLL = lambda *a, **k: opened.append(a[0]) or real(*a, **k)
-        import gpustack_vendors.bindings.dcmi, gpustack_vendors.ascend, gpustack_vendors.loading
+        import gpustack_vendors.ascend.dcmi, gpustack_vendors.ascend.backend
+        import gpustack_vendors.loading
         from gpustack_simulator.replay.backends import replay_backend
         print(len(opened))
         """

@@ -40,7 +40,7 @@ from gpustack_simulator.synth.amdsmi import AmdNode, AmdProc
 from gpustack_simulator.synth.timeline import NodeSpec, VirtualClock, const
 from gpustack_simulator.synth.write import synthesize
 from gpustack_vendors import errors
-from gpustack_vendors.amd import AmdBackend
+from gpustack_vendors.amd.backend import AmdBackend
 from gpustack_vendors.bindings import rocm_smi
 from gpustack_vendors.bindings.rocm_smi import ROCMSMIError
 

@@ -34,9 +34,9 @@ from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.replay.cndev_lib import FakeCndevLib
 from gpustack_simulator.replay.cndev_standin import CndevCodec, as_module
 from gpustack_simulator.synth.timeline import VirtualClock
-from gpustack_vendors import cambricon
-from gpustack_vendors.bindings import cndev
-from gpustack_vendors.bindings.cndev import (
+from gpustack_vendors.cambricon import backend as cambricon
+from gpustack_vendors.cambricon import cndev
+from gpustack_vendors.cambricon.cndev import (
     CNDEV_ERROR_FUNCTION_NOT_FOUND,
     CNDEV_ERROR_INSUFFICIENT_SPACE,
     CNDEV_ERROR_NO_PERMISSION,
@@ -450,7 +450,8 @@ import ctypes
 def refuse(*args, **kwargs):
     raise SystemExit("a library was opened at import: " + repr(args))
 ctypes.CDLL = refuse
-import gpustack_vendors.bindings.cndev, gpustack_vendors.cambricon, gpustack_vendors.loading
+import gpustack_vendors.cambricon.cndev, gpustack_vendors.cambricon.backend
+import gpustack_vendors.loading
 """
 
 

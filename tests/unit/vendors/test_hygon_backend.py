@@ -36,10 +36,11 @@ from gpustack_simulator.synth.hygon_nodes import NODES
 from gpustack_simulator.synth.timeline import VirtualClock
 from gpustack_simulator.synth.write import synthesize
 from gpustack_vendors import errors
-from gpustack_vendors.bindings import hydmi, rocm_smi
-from gpustack_vendors.bindings.hydmi import HyDmiError
+from gpustack_vendors.bindings import rocm_smi
 from gpustack_vendors.bindings.rocm_smi import ROCMSMIError
-from gpustack_vendors.hygon import HygonBackend
+from gpustack_vendors.hygon import hydmi
+from gpustack_vendors.hygon.backend import HygonBackend
+from gpustack_vendors.hygon.hydmi import HyDmiError
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "recordings" / "hygon"
 HYGON = sorted(RECORDINGS.glob("*.yaml"))

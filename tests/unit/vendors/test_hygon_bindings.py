@@ -17,8 +17,11 @@ import pytest
 
 from gpustack_simulator.replay.hydmi_lib import FakeHyDmiLib
 from gpustack_simulator.replay.hygon_rocm_smi_lib import FakeHygonRocmSmiLib
-from gpustack_vendors.bindings import hydmi, hygon_rocm_smi, rocm_smi
-from gpustack_vendors.bindings.hydmi import (
+from gpustack_vendors.bindings import rocm_smi
+from gpustack_vendors.bindings.rocm_smi import ROCMSMIError, RocmSmiLibraryNotFound
+from gpustack_vendors.hygon import hydmi
+from gpustack_vendors.hygon import rocm_smi as hygon_rocm_smi
+from gpustack_vendors.hygon.hydmi import (
     DirectoryRegistry,
     HyDmiError,
     HyDmiLibraryNotFound,
@@ -29,8 +32,7 @@ from gpustack_vendors.bindings.hydmi import (
     dmiMemory_t,
     dmiUtilization_t,
 )
-from gpustack_vendors.bindings.hygon_rocm_smi import HygonRocmSmi
-from gpustack_vendors.bindings.rocm_smi import ROCMSMIError, RocmSmiLibraryNotFound
+from gpustack_vendors.hygon.rocm_smi import HygonRocmSmi
 
 
 class Script:
@@ -374,8 +376,9 @@ def test_importing_the_backend_and_bindings_opens_no_library() -> None:
         "import ctypes\n"
         "def boom(*a, **k): raise AssertionError('a library was opened at import')\n"
         "ctypes.CDLL = boom\n"
-        "import gpustack_vendors.bindings.hydmi, gpustack_vendors.bindings.hygon_rocm_smi\n"
-        "import gpustack_vendors.hygon, gpustack_vendors.registry, gpustack_vendors.loading\n"
+        "import gpustack_vendors.hygon.hydmi, gpustack_vendors.hygon.rocm_smi\n"
+        "import gpustack_vendors.hygon.backend, gpustack_vendors.registry\n"
+        "import gpustack_vendors.loading\n"
         "print('ok')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

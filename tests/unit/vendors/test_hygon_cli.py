@@ -11,11 +11,13 @@ from typer.testing import CliRunner
 
 from gpustack_cli.main import app
 from gpustack_simulator.replay.hygon_rocm_smi_lib import FakeHygonRocmSmiLib
-from gpustack_vendors.bindings import hydmi, hygon_rocm_smi, rocm_smi
-from gpustack_vendors.bindings.hydmi import HyDmiLibraryNotFound
-from gpustack_vendors.bindings.hygon_rocm_smi import HygonRocmSmi
+from gpustack_vendors.bindings import rocm_smi
 from gpustack_vendors.bindings.rocm_smi import ROCMSMIError
-from gpustack_vendors.hygon import HygonBackend
+from gpustack_vendors.hygon import hydmi
+from gpustack_vendors.hygon import rocm_smi as hygon_rocm_smi
+from gpustack_vendors.hygon.backend import HygonBackend
+from gpustack_vendors.hygon.hydmi import HyDmiLibraryNotFound
+from gpustack_vendors.hygon.rocm_smi import HygonRocmSmi
 from gpustack_vendors.loading import LibraryUnavailableError, open_backend
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "recordings" / "hygon"

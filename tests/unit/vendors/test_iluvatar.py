@@ -43,9 +43,9 @@ from gpustack_simulator.replay.ixml_standin import IxmlCodec, as_module
 from gpustack_simulator.synth.iluvatar_nodes import IluvatarNode, IluvatarProc, bi_v150_node
 from gpustack_simulator.synth.timeline import NodeSpec, VirtualClock, const
 from gpustack_simulator.synth.write import synthesize
-from gpustack_vendors import iluvatar
-from gpustack_vendors.bindings import ixml
-from gpustack_vendors.bindings.ixml import (
+from gpustack_vendors.iluvatar import backend as iluvatar
+from gpustack_vendors.iluvatar import ixml
+from gpustack_vendors.iluvatar.ixml import (
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
     NVML_ERROR_FUNCTION_NOT_FOUND,
     NVML_ERROR_GPU_IS_LOST,
@@ -411,7 +411,7 @@ import ctypes
 def refuse(*args, **kwargs):
     raise SystemExit("a library was opened at import: " + repr(args))
 ctypes.CDLL = refuse
-import gpustack_vendors.bindings.ixml, gpustack_vendors.iluvatar, gpustack_vendors.loading
+import gpustack_vendors.iluvatar.ixml, gpustack_vendors.iluvatar.backend, gpustack_vendors.loading
 """
 
 

@@ -33,9 +33,9 @@ from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.replay.mxsml_lib import FakeMxsmlLib
 from gpustack_simulator.replay.mxsml_standin import MxsmlCodec, as_module
 from gpustack_simulator.synth.timeline import VirtualClock
-from gpustack_vendors import metax
-from gpustack_vendors.bindings import mxsml
-from gpustack_vendors.bindings.mxsml import (
+from gpustack_vendors.metax import backend as metax
+from gpustack_vendors.metax import mxsml
+from gpustack_vendors.metax.mxsml import (
     MXSML_ERROR_BUSY_DEVICE,
     MXSML_ERROR_FAILURE,
     MXSML_ERROR_FUNCTION_NOT_FOUND,
@@ -420,7 +420,7 @@ import ctypes
 def refuse(*args, **kwargs):
     raise SystemExit("a library was opened at import: " + repr(args))
 ctypes.CDLL = refuse
-import gpustack_vendors.bindings.mxsml, gpustack_vendors.metax, gpustack_vendors.loading
+import gpustack_vendors.metax.mxsml, gpustack_vendors.metax.backend, gpustack_vendors.loading
 """
 
 

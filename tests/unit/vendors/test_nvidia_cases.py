@@ -12,7 +12,7 @@ from gpustack_simulator.recording import Fault, Raises, load_recording
 from gpustack_simulator.replay import pynvml_standin
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.synth.timeline import VirtualClock
-from gpustack_vendors.nvidia import NvidiaBackend
+from gpustack_vendors.nvidia.backend import NvidiaBackend
 
 NVIDIA = Path(__file__).resolve().parents[3] / "recordings" / "nvidia"
 

@@ -43,18 +43,19 @@ from gpustack_simulator.synth import nvml as synth_nvml
 from gpustack_simulator.synth.amd_nodes import NODES as AMD_NODES
 from gpustack_simulator.synth.nvidia_nodes import NODES as NVML_NODES
 from gpustack_simulator.synth.timeline import VirtualClock
-from gpustack_vendors.bindings import hydmi, hygon_rocm_smi
+from gpustack_vendors.amd.surface import AmdRocmSmiSurface, AmdSmiSurface
+from gpustack_vendors.ascend.surface import DcmiSurface
+from gpustack_vendors.cambricon.surface import CndevSurface
+from gpustack_vendors.hygon import hydmi
+from gpustack_vendors.hygon import rocm_smi as hygon_rocm_smi
+from gpustack_vendors.hygon.surface import HyDmiSurface, HygonRocmSmiSurface
+from gpustack_vendors.iluvatar.surface import IxmlSurface
+from gpustack_vendors.metax.surface import MxsmlSurface
+from gpustack_vendors.nvidia.surface import NvmlSurface
 from gpustack_vendors.protocol import Backend
 from gpustack_vendors.registry import VENDORS as REGISTRY
 from gpustack_vendors.registry import Bindings
-from gpustack_vendors.surfaces.amd import AmdRocmSmiSurface, AmdSmiSurface
-from gpustack_vendors.surfaces.ascend import DcmiSurface
-from gpustack_vendors.surfaces.cambricon import CndevSurface
-from gpustack_vendors.surfaces.hygon import HyDmiSurface, HygonRocmSmiSurface
-from gpustack_vendors.surfaces.iluvatar import IxmlSurface
-from gpustack_vendors.surfaces.metax import MxsmlSurface
-from gpustack_vendors.surfaces.nvidia import NvmlSurface
-from gpustack_vendors.surfaces.thead import HgmlSurface
+from gpustack_vendors.thead.surface import HgmlSurface
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "recordings"
 

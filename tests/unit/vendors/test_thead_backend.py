@@ -33,9 +33,9 @@ from gpustack_simulator.synth.hgml import HgmlAnswers, PpuNode
 from gpustack_simulator.synth.thead_nodes import NODES, ppu_card
 from gpustack_simulator.synth.timeline import VirtualClock
 from gpustack_simulator.synth.write import synthesize
-from gpustack_vendors.bindings import hgml as h
-from gpustack_vendors.bindings.hgml import Hgml, HGMLError
-from gpustack_vendors.thead import TheadBackend
+from gpustack_vendors.thead import hgml as h
+from gpustack_vendors.thead.backend import TheadBackend
+from gpustack_vendors.thead.hgml import Hgml, HGMLError
 
 ROOT = Path(__file__).resolve().parents[3] / "recordings"
 RECORDINGS = ROOT / "thead"

@@ -21,8 +21,8 @@ from vendor_helpers import Script
 
 from gpustack_cli.main import app
 from gpustack_simulator.replay.hgml_lib import FakeHgmlLib
-from gpustack_vendors.bindings import hgml as h
-from gpustack_vendors.bindings.hgml import Hgml, HGMLError, HgmlLibraryNotFound, load_library
+from gpustack_vendors.thead import hgml as h
+from gpustack_vendors.thead.hgml import Hgml, HGMLError, HgmlLibraryNotFound, load_library
 
 
 def binding(**answers: list[object]) -> tuple[Hgml, Script, FakeHgmlLib]:
@@ -294,7 +294,7 @@ def test_nothing_loads_the_library_until_it_is_asked_for() -> None:
         opened = []
         real = ctypes.CDLL
         ctypes.CDLL = lambda *a, **k: opened.append(a[0]) or real(*a, **k)
-        import gpustack_vendors.bindings.hgml, gpustack_vendors.thead, gpustack_vendors.loading
+        import gpustack_vendors.thead.hgml, gpustack_vendors.thead.backend, gpustack_vendors.loading
         from gpustack_simulator.replay.backends import replay_backend
         print(len(opened))
         """

@@ -53,7 +53,7 @@ class BindingBackend:
     binding_error: ClassVar[type[Exception]]
 
     def _binding(self) -> object:
-        """The binding, typed by the subclass as its surface (:mod:`gpustack_vendors.surfaces`)."""
+        """The binding, typed by the subclass as its surface (``<vendor>.surface``)."""
         raise NotImplementedError
 
     def _failure(self) -> type[Exception]:

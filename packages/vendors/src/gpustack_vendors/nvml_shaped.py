@@ -36,7 +36,7 @@ from gpustack_vendors.model import (
 from gpustack_vendors.pci import normalize_bus_id
 
 _B = TypeVar("_B")
-"""The binding's surface (:mod:`gpustack_vendors.surfaces`): NVML's, HGML's or IXML's."""
+"""The binding's surface (``gpustack_vendors.<vendor>.surface``): NVML's, HGML's or IXML's."""
 
 
 class NvmlShapedCallError(CallError):

@@ -37,25 +37,31 @@ from typing import Any, Final, Generic, TypeVar, cast
 
 from gpustack_core.modes import Manufacturer
 from gpustack_core.resources import PARTITION_KINDS, ResourceNames
-from gpustack_vendors.amd import AmdBackend
-from gpustack_vendors.ascend import AscendBackend, DcmiCallError
-from gpustack_vendors.bindings import cndev, dcmi, hgml, hydmi, hygon_rocm_smi, ixml, mxsml
+from gpustack_vendors.amd.backend import AmdBackend
+from gpustack_vendors.amd.surface import AmdRocmSmiSurface, AmdSmiSurface
+from gpustack_vendors.ascend import dcmi
+from gpustack_vendors.ascend.backend import AscendBackend, DcmiCallError
+from gpustack_vendors.ascend.surface import DcmiSurface
 from gpustack_vendors.bindings import rocm_smi as rocm_smi_binding
-from gpustack_vendors.cambricon import CambriconBackend, CndevCallError
-from gpustack_vendors.hygon import HygonBackend, HygonCallError
-from gpustack_vendors.iluvatar import IluvatarBackend, IxmlCallError
-from gpustack_vendors.metax import MetaxBackend, MxsmlCallError
-from gpustack_vendors.nvidia import NvidiaBackend
+from gpustack_vendors.cambricon import cndev
+from gpustack_vendors.cambricon.backend import CambriconBackend, CndevCallError
+from gpustack_vendors.cambricon.surface import CndevSurface
+from gpustack_vendors.hygon import hydmi
+from gpustack_vendors.hygon import rocm_smi as hygon_rocm_smi
+from gpustack_vendors.hygon.backend import HygonBackend, HygonCallError
+from gpustack_vendors.hygon.surface import HyDmiSurface, HygonRocmSmiSurface
+from gpustack_vendors.iluvatar import ixml
+from gpustack_vendors.iluvatar.backend import IluvatarBackend, IxmlCallError
+from gpustack_vendors.iluvatar.surface import IxmlSurface
+from gpustack_vendors.metax import mxsml
+from gpustack_vendors.metax.backend import MetaxBackend, MxsmlCallError
+from gpustack_vendors.metax.surface import MxsmlSurface
+from gpustack_vendors.nvidia.backend import NvidiaBackend
+from gpustack_vendors.nvidia.surface import NvmlSurface
 from gpustack_vendors.protocol import Backend
-from gpustack_vendors.surfaces.amd import AmdRocmSmiSurface, AmdSmiSurface
-from gpustack_vendors.surfaces.ascend import DcmiSurface
-from gpustack_vendors.surfaces.cambricon import CndevSurface
-from gpustack_vendors.surfaces.hygon import HyDmiSurface, HygonRocmSmiSurface
-from gpustack_vendors.surfaces.iluvatar import IxmlSurface
-from gpustack_vendors.surfaces.metax import MxsmlSurface
-from gpustack_vendors.surfaces.nvidia import NvmlSurface
-from gpustack_vendors.surfaces.thead import HgmlSurface
-from gpustack_vendors.thead import HgmlCallError, TheadBackend
+from gpustack_vendors.thead import hgml
+from gpustack_vendors.thead.backend import HgmlCallError, TheadBackend
+from gpustack_vendors.thead.surface import HgmlSurface
 
 S = TypeVar("S")
 """A library's surface: what its loader returns and what the backend is handed."""
@@ -90,7 +96,7 @@ class Library(Generic[S]):
     soname: str
     """The shared object the binding opens (``libnvidia-ml.so.1``), for messages and docs."""
     module: str
-    """The Python binding's import name (``pynvml``, ``gpustack_vendors.bindings.cndev``)."""
+    """The Python binding's import name (``pynvml``, ``gpustack_vendors.cambricon.cndev``)."""
     dist: str
     """The distribution that ships the binding (its version goes into a recording)."""
     load: Callable[[], S]

@@ -21,7 +21,7 @@ from gpustack_simulator.recording import Raises, Recording, RowFilter
 from gpustack_simulator.replay import amdsmi_api
 from gpustack_simulator.replay.codec import HandleRef, encode_ctypes
 from gpustack_simulator.replay.engine import Clock, Replayer
-from gpustack_vendors.surfaces.amd import (
+from gpustack_vendors.amd.surface import (
     AmdActivity,
     AmdAsicInfo,
     AmdDriverInfo,
@@ -150,7 +150,7 @@ class AmdsmiCodec:
 class AmdsmiStandin:
     """amdsmi's interface answering from a recording.
 
-    The calls of :class:`~gpustack_vendors.surfaces.amd.AmdSmiSurface` are typed methods here,
+    The calls of :class:`~gpustack_vendors.amd.surface.AmdSmiSurface` are typed methods here,
     so mypy checks this stand-in against the surface the AMD backend declares; the other
     functions of :data:`FUNCTIONS` and amdsmi's exceptions, enums and constants are attributes,
     as on ``amdsmi`` itself. Every call checks its arguments the way amdsmi does.

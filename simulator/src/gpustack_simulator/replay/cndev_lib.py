@@ -1,4 +1,4 @@
-"""A fake ``libcndev`` at the C ABI, for :class:`~gpustack_vendors.bindings.cndev.Cndev`.
+"""A fake ``libcndev`` at the C ABI, for :class:`~gpustack_vendors.cambricon.cndev.Cndev`.
 
 Replaying at the binding's Python surface would skip the binding's own code that is most likely
 to break silently: the version stamping and the ``INSUFFICIENT_SPACE`` loop of the process lists.
@@ -23,8 +23,8 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from gpustack_simulator.replay import cabi
-from gpustack_vendors.bindings import cndev
-from gpustack_vendors.bindings.cndev import (
+from gpustack_vendors.cambricon import cndev
+from gpustack_vendors.cambricon.cndev import (
     CNDEV_ERROR_INSUFFICIENT_SPACE,
     CNDEV_ERROR_INVALID_ARGUMENT,
     CNDEV_ERROR_UNSUPPORTED_API_VERSION,
@@ -51,7 +51,7 @@ def _checked(value: object, bounds: tuple[int, int], what: str) -> int:
 
 
 class FakeCndevLib:
-    """The ``libcndev`` symbols :class:`~gpustack_vendors.bindings.cndev.Cndev` uses.
+    """The ``libcndev`` symbols :class:`~gpustack_vendors.cambricon.cndev.Cndev` uses.
 
     Each C call asks ``answer`` once (refused calls ask nothing). A ``CNDevError`` from ``answer``
     becomes the returned status. Symbols in ``missing`` (and any not defined here) raise

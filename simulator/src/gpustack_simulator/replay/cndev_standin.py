@@ -2,7 +2,7 @@
 
 Like ROCm SMI, the CNDev binding is ours, and its riskiest code (version stamping, the
 ``INSUFFICIENT_SPACE`` loop of the process lists) sits below its Python surface. So
-:func:`build_binding` hands back a real :class:`~gpustack_vendors.bindings.cndev.Cndev` whose
+:func:`build_binding` hands back a real :class:`~gpustack_vendors.cambricon.cndev.Cndev` whose
 library is a :class:`~gpustack_simulator.replay.cndev_lib.FakeCndevLib` asking the replayer.
 Recordings hold what the binding's methods returned, recorded through :func:`as_module`; every
 versioned call carries its struct version as its last argument.
@@ -27,8 +27,8 @@ from gpustack_simulator.replay.binding_standin import (
 )
 from gpustack_simulator.replay.cndev_lib import FakeCndevLib
 from gpustack_simulator.replay.engine import Clock, Replayer
-from gpustack_vendors.bindings import cndev
-from gpustack_vendors.bindings.cndev import CNDEV_ERROR_FUNCTION_NOT_FOUND, Cndev, CNDevError
+from gpustack_vendors.cambricon import cndev
+from gpustack_vendors.cambricon.cndev import CNDEV_ERROR_FUNCTION_NOT_FOUND, Cndev, CNDevError
 
 LIBRARY_ID = "cndev"
 

@@ -1,4 +1,4 @@
-"""A fake ``libdcmi.so`` at the C ABI, for :class:`~gpustack_vendors.bindings.dcmi.Dcmi`.
+"""A fake ``libdcmi.so`` at the C ABI, for :class:`~gpustack_vendors.ascend.dcmi.Dcmi`.
 
 Replaying at the binding's Python surface would skip the binding's own buffer handling, and on
 DCMI that is where the danger is: ``dcmi_get_device_resource_info``'s process count is
@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from gpustack_simulator.replay import cabi
-from gpustack_vendors.bindings.dcmi import (
+from gpustack_vendors.ascend.dcmi import (
     DCMI_ERROR_INVALID_PARAMETER,
     DCMI_ERROR_NOT_SUPPORT,
     DCMI_MAIN_CMD_VDEV_MNG,

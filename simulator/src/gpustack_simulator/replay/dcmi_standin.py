@@ -2,7 +2,7 @@
 
 Like ROCm SMI's, the DCMI binding is ours and its riskiest code is at the C level (the process
 list's output-only count and the binding's guard tail), so :func:`build_binding` hands back a
-real :class:`~gpustack_vendors.bindings.dcmi.Dcmi` whose library is a
+real :class:`~gpustack_vendors.ascend.dcmi.Dcmi` whose library is a
 :class:`~gpustack_simulator.replay.dcmi_lib.FakeDcmiLib` asking the replayer. Recordings hold
 what the binding's methods returned (structs with every field, ``(card, device)`` ints as
 arguments — DCMI has no handles), recorded through :func:`as_module`.
@@ -23,8 +23,8 @@ from gpustack_simulator.replay.binding_standin import (
 )
 from gpustack_simulator.replay.dcmi_lib import FakeDcmiLib
 from gpustack_simulator.replay.engine import Clock, Replayer
-from gpustack_vendors.bindings import dcmi
-from gpustack_vendors.bindings.dcmi import Dcmi, DCMIError
+from gpustack_vendors.ascend import dcmi
+from gpustack_vendors.ascend.dcmi import Dcmi, DCMIError
 
 LIBRARY_ID = "dcmi"
 

@@ -1,4 +1,4 @@
-"""A fake ``libhgml.so`` at the C ABI, for :class:`~gpustack_vendors.bindings.hgml.Hgml`.
+"""A fake ``libhgml.so`` at the C ABI, for :class:`~gpustack_vendors.thead.hgml.Hgml`.
 
 HGML copies NVML's conventions, and a replay at the binding's Python surface would skip the
 binding's half of them: the probe-then-fill size negotiation of the process calls, the
@@ -8,7 +8,7 @@ takes the binding's ctypes arguments, writes through its pointers and returns NV
 way the library does, so the real binding runs on top.
 
 What to answer comes from a callback speaking the binding's Python results (``answer(method,
-args)``, under the binding's method names, :data:`~gpustack_vendors.bindings.hgml.SYMBOLS`
+args)``, under the binding's method names, :data:`~gpustack_vendors.thead.hgml.SYMBOLS`
 backwards); handles are passed through as the ``c_hgmlDevice_t`` objects the binding holds.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final
 
 from gpustack_simulator.replay import cabi
-from gpustack_vendors.bindings.hgml import (
+from gpustack_vendors.thead.hgml import (
     HGML_ERROR_ARGUMENT_VERSION_MISMATCH,
     HGML_ERROR_INSUFFICIENT_SIZE,
     HGML_ERROR_INVALID_ARGUMENT,

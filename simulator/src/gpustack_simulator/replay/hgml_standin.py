@@ -1,6 +1,6 @@
 """HGML replay: our real binding, over a fake C library that answers from a recording.
 
-:func:`build_binding` hands back a real :class:`~gpustack_vendors.bindings.hgml.Hgml` whose
+:func:`build_binding` hands back a real :class:`~gpustack_vendors.thead.hgml.Hgml` whose
 library is a :class:`~gpustack_simulator.replay.hgml_lib.FakeHgmlLib` asking the replayer, so
 the binding's NVML-style negotiation (process lists, the versioned process-utilization header)
 runs as it does on a PPU host. Recordings hold what the binding's methods returned: ctypes
@@ -25,8 +25,8 @@ from gpustack_simulator.replay.binding_standin import (
 )
 from gpustack_simulator.replay.engine import Clock, Replayer
 from gpustack_simulator.replay.hgml_lib import FakeHgmlLib
-from gpustack_vendors.bindings import hgml
-from gpustack_vendors.bindings.hgml import SYMBOLS, Hgml, HGMLError
+from gpustack_vendors.thead import hgml
+from gpustack_vendors.thead.hgml import SYMBOLS, Hgml, HGMLError
 
 LIBRARY_ID = "hgml"
 

@@ -1,4 +1,4 @@
-"""A fake ``libhydmi_mig`` at the C ABI, for :class:`~gpustack_vendors.bindings.hydmi.HyDmiMig`.
+"""A fake ``libhydmi_mig`` at the C ABI, for :class:`~gpustack_vendors.hygon.hydmi.HyDmiMig`.
 
 Like the ROCm SMI fake, it sits below our binding so the binding's own ctypes code runs in
 replay: it takes the binding's arguments (handles as ``c_void_p``, ``byref`` out-parameters,
@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from gpustack_simulator.replay import cabi
-from gpustack_vendors.bindings.hydmi import (
+from gpustack_vendors.hygon.hydmi import (
     DMI_ERROR_INVALID_ARGUMENT,
     DMI_SUCCESS,
     HyDmiError,

@@ -2,7 +2,7 @@
 
 The process calls, their list convention and the statuses are the base fake's
 (:class:`~gpustack_simulator.replay.rocm_smi_lib.FakeRocmSmiLib`); this adds what
-:class:`~gpustack_vendors.bindings.hygon_rocm_smi.HygonRocmSmi` reads on top: scalars written
+:class:`~gpustack_vendors.hygon.rocm_smi.HygonRocmSmi` reads on top: scalars written
 through their out-pointers, strings copied into the caller's buffer as ``src/rocm_smi.cc`` does
 (truncated to the length given, always NUL-terminated).
 """

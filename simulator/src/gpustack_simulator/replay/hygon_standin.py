@@ -31,15 +31,16 @@ from gpustack_simulator.replay.engine import Clock, Replayer
 from gpustack_simulator.replay.hydmi_lib import FakeHyDmiLib
 from gpustack_simulator.replay.hygon_rocm_smi_lib import FakeHygonRocmSmiLib
 from gpustack_simulator.replay.rocm_smi_standin import RocmSmiCodec
-from gpustack_vendors.bindings import hydmi, hygon_rocm_smi
-from gpustack_vendors.bindings.hydmi import (
+from gpustack_vendors.bindings.rocm_smi import ROCMSMIError
+from gpustack_vendors.hygon import hydmi
+from gpustack_vendors.hygon import rocm_smi as hygon_rocm_smi
+from gpustack_vendors.hygon.hydmi import (
     DMI_ERROR_FUNCTION_NOT_FOUND,
     HyDmiError,
     HyDmiMig,
     dmiGpuInstanceInfo_t,
 )
-from gpustack_vendors.bindings.hygon_rocm_smi import HygonRocmSmi
-from gpustack_vendors.bindings.rocm_smi import ROCMSMIError
+from gpustack_vendors.hygon.rocm_smi import HygonRocmSmi
 
 ROCM_SMI_ID: Final = "rocm_smi"
 HYDMI_ID: Final = "hydmi_mig"

@@ -1,4 +1,4 @@
-"""A fake ``libixml`` at the C ABI, for :class:`~gpustack_vendors.bindings.ixml.Ixml`.
+"""A fake ``libixml`` at the C ABI, for :class:`~gpustack_vendors.iluvatar.ixml.Ixml`.
 
 IXML copies NVML, so this fake answers the way ``nvml.h`` documents, and the real binding runs on
 top:
@@ -25,8 +25,8 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from gpustack_simulator.replay import cabi
-from gpustack_vendors.bindings import ixml
-from gpustack_vendors.bindings.ixml import (
+from gpustack_vendors.iluvatar import ixml
+from gpustack_vendors.iluvatar.ixml import (
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
     NVML_ERROR_INSUFFICIENT_SIZE,
     NVML_ERROR_INVALID_ARGUMENT,
@@ -59,7 +59,7 @@ def _checked(value: object, bounds: tuple[int, int], what: str) -> int:
 
 
 class FakeIxmlLib:
-    """The ``libixml`` symbols :class:`~gpustack_vendors.bindings.ixml.Ixml` uses.
+    """The ``libixml`` symbols :class:`~gpustack_vendors.iluvatar.ixml.Ixml` uses.
 
     An ``IXMLError`` from ``answer`` becomes the returned status. Symbols in ``missing`` (and any
     not defined here) raise ``AttributeError`` on lookup, as ``ctypes.CDLL`` does. ``calls`` logs

@@ -1,7 +1,7 @@
 """IXML replay: our real binding, over a fake C library that answers from a recording.
 
 The IXML binding is ours (an NVML copy under another soname), so :func:`build_binding` hands back
-a real :class:`~gpustack_vendors.bindings.ixml.Ixml` whose library is a
+a real :class:`~gpustack_vendors.iluvatar.ixml.Ixml` whose library is a
 :class:`~gpustack_simulator.replay.ixml_lib.FakeIxmlLib` asking the replayer: the binding's probe
 and fill of the process list run as they would on a node. Recordings hold what the binding's
 methods returned, recorded through :func:`as_module`; device handles are refs (``gpu0``), and
@@ -25,8 +25,8 @@ from gpustack_simulator.replay.binding_standin import (
 )
 from gpustack_simulator.replay.engine import Clock, Replayer
 from gpustack_simulator.replay.ixml_lib import FakeIxmlLib
-from gpustack_vendors.bindings import ixml
-from gpustack_vendors.bindings.ixml import (
+from gpustack_vendors.iluvatar import ixml
+from gpustack_vendors.iluvatar.ixml import (
     NVML_ERROR_FUNCTION_NOT_FOUND,
     Ixml,
     IXMLError,

@@ -1,4 +1,4 @@
-"""A fake ``libmxsml`` at the C ABI, for :class:`~gpustack_vendors.bindings.mxsml.Mxsml`.
+"""A fake ``libmxsml`` at the C ABI, for :class:`~gpustack_vendors.metax.mxsml.Mxsml`.
 
 The real binding runs on top, so its size handling meets MXSML's conventions, hazards included:
 
@@ -25,8 +25,8 @@ from collections.abc import Callable, Collection
 from typing import Any, Literal
 
 from gpustack_simulator.replay import cabi
-from gpustack_vendors.bindings import mxsml
-from gpustack_vendors.bindings.mxsml import (
+from gpustack_vendors.metax import mxsml
+from gpustack_vendors.metax.mxsml import (
     MXSML_ERROR_INSUFFICIENT_SIZE,
     MXSML_ERROR_INVALID_INPUT,
     MXSML_SUCCESS,
@@ -42,7 +42,7 @@ _I32 = (-(1 << 31), (1 << 31) - 1)
 
 
 class FakeMxsmlLib:
-    """The ``libmxsml`` symbols :class:`~gpustack_vendors.bindings.mxsml.Mxsml` uses.
+    """The ``libmxsml`` symbols :class:`~gpustack_vendors.metax.mxsml.Mxsml` uses.
 
     An ``MXSMLError`` from ``answer`` becomes the returned status. Symbols in ``missing`` (and any
     not defined here) raise ``AttributeError`` on lookup, as ``ctypes.CDLL`` does. ``calls`` logs

@@ -2,7 +2,7 @@
 
 The MXSML binding is ours, and its riskiest code (the per-call size conventions, the full-buffer
 retry of the process list) sits below its Python surface. So :func:`build_binding` hands back a
-real :class:`~gpustack_vendors.bindings.mxsml.Mxsml` whose library is a
+real :class:`~gpustack_vendors.metax.mxsml.Mxsml` whose library is a
 :class:`~gpustack_simulator.replay.mxsml_lib.FakeMxsmlLib` asking the replayer. Recordings hold
 what the binding's methods returned, recorded through :func:`as_module`; devices are indices.
 
@@ -26,8 +26,8 @@ from gpustack_simulator.replay.binding_standin import (
 )
 from gpustack_simulator.replay.engine import Clock, Replayer
 from gpustack_simulator.replay.mxsml_lib import FakeMxsmlLib, Truncation
-from gpustack_vendors.bindings import mxsml
-from gpustack_vendors.bindings.mxsml import MXSML_ERROR_FUNCTION_NOT_FOUND, Mxsml, MXSMLError
+from gpustack_vendors.metax import mxsml
+from gpustack_vendors.metax.mxsml import MXSML_ERROR_FUNCTION_NOT_FOUND, Mxsml, MXSMLError
 
 LIBRARY_ID = "mxsml"
 

@@ -19,7 +19,7 @@ import pynvml
 from gpustack_simulator.recording import Raises, Recording, RowFilter
 from gpustack_simulator.replay.codec import HandleRef, encode_ctypes, fill_struct
 from gpustack_simulator.replay.engine import Clock, Replayer
-from gpustack_vendors.surfaces.nvidia import (
+from gpustack_vendors.nvidia.surface import (
     NvmlMemory,
     NvmlPciInfo,
     NvmlProcessInfo,
@@ -108,7 +108,7 @@ class PynvmlCodec:
 class PynvmlStandin:
     """pynvml's interface answering from a recording.
 
-    The calls of :class:`~gpustack_vendors.surfaces.nvidia.NvmlSurface` are typed methods here,
+    The calls of :class:`~gpustack_vendors.nvidia.surface.NvmlSurface` are typed methods here,
     so mypy checks this stand-in against the surface the NVIDIA backend declares; every other
     ``nvml*`` function and every constant, struct and exception class of the real module is an
     attribute, as on ``pynvml`` itself. The answers are the binding's own values.

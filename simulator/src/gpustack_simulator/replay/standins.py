@@ -49,16 +49,17 @@ from gpustack_simulator.replay.ixml_standin import IxmlCodec
 from gpustack_simulator.replay.mxsml_standin import MxsmlCodec
 from gpustack_simulator.replay.pynvml_standin import PynvmlCodec
 from gpustack_simulator.replay.rocm_smi_standin import RocmSmiCodec
-from gpustack_vendors.bindings import hydmi, hygon_rocm_smi
+from gpustack_vendors.amd.surface import AmdRocmSmiSurface, AmdSmiSurface
+from gpustack_vendors.ascend.surface import DcmiSurface
+from gpustack_vendors.cambricon.surface import CndevSurface
+from gpustack_vendors.hygon import hydmi
+from gpustack_vendors.hygon import rocm_smi as hygon_rocm_smi
+from gpustack_vendors.hygon.surface import HyDmiSurface, HygonRocmSmiSurface
+from gpustack_vendors.iluvatar.surface import IxmlSurface
+from gpustack_vendors.metax.surface import MxsmlSurface
+from gpustack_vendors.nvidia.surface import NvmlSurface
 from gpustack_vendors.registry import VENDORS, Bindings, Vendor
-from gpustack_vendors.surfaces.amd import AmdRocmSmiSurface, AmdSmiSurface
-from gpustack_vendors.surfaces.ascend import DcmiSurface
-from gpustack_vendors.surfaces.cambricon import CndevSurface
-from gpustack_vendors.surfaces.hygon import HyDmiSurface, HygonRocmSmiSurface
-from gpustack_vendors.surfaces.iluvatar import IxmlSurface
-from gpustack_vendors.surfaces.metax import MxsmlSurface
-from gpustack_vendors.surfaces.nvidia import NvmlSurface
-from gpustack_vendors.surfaces.thead import HgmlSurface
+from gpustack_vendors.thead.surface import HgmlSurface
 
 S = TypeVar("S")
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from gpustack_simulator.synth.timeline import NodeSpec, Steps, VirtualClock, const
-from gpustack_vendors.bindings import cndev
-from gpustack_vendors.bindings.cndev import (
+from gpustack_vendors.cambricon import cndev
+from gpustack_vendors.cambricon.cndev import (
     CNDEV_ERROR_INVALID_DEVICE_ID,
     CNDEV_HEALTH_STATE_DEVICE_GOOD,
     CNDevError,

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpustack_simulator.synth.timeline import Steps, VirtualClock, const
-from gpustack_vendors.bindings import dcmi as d
-from gpustack_vendors.bindings.dcmi import DCMIError
+from gpustack_vendors.ascend import dcmi as d
+from gpustack_vendors.ascend.dcmi import DCMIError
 
 MIB = 1 << 20
 HUAWEI = 0x19E5

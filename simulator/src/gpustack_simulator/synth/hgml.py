@@ -17,8 +17,8 @@ from typing import Any
 
 from gpustack_simulator.synth.nvml import Mig, Proc
 from gpustack_simulator.synth.timeline import Steps, VirtualClock
-from gpustack_vendors.bindings import hgml as h
-from gpustack_vendors.bindings.hgml import HGMLError
+from gpustack_vendors.thead import hgml as h
+from gpustack_vendors.thead.hgml import HGMLError
 
 EPOCH_US = 1_764_403_200_000_000
 """Sample timestamps are µs; replay time 0 is this instant."""

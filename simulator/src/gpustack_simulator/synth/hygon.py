@@ -21,7 +21,15 @@ from typing import Any
 
 from gpustack_simulator.synth.amdsmi import AmdProc, bdfid
 from gpustack_simulator.synth.timeline import Steps, VirtualClock, const
-from gpustack_vendors.bindings.hydmi import (
+from gpustack_vendors.bindings.rocm_smi import (
+    CU_OCCUPANCY_INVALID,
+    RSMI_STATUS_INVALID_ARGS,
+    RSMI_STATUS_NOT_FOUND,
+    RSMI_STATUS_NOT_SUPPORTED,
+    ROCMSMIError,
+    rsmi_process_info_t,
+)
+from gpustack_vendors.hygon.hydmi import (
     DMI_DEVICE_MIG_DISABLE,
     DMI_DEVICE_MIG_ENABLE,
     DMI_ERROR_INVALID_ARGUMENT,
@@ -34,15 +42,7 @@ from gpustack_vendors.bindings.hydmi import (
     dmiMemory_t,
     dmiUtilization_t,
 )
-from gpustack_vendors.bindings.hygon_rocm_smi import RSMI_MEM_TYPE_VRAM, RSMI_TEMP_TYPE_EDGE
-from gpustack_vendors.bindings.rocm_smi import (
-    CU_OCCUPANCY_INVALID,
-    RSMI_STATUS_INVALID_ARGS,
-    RSMI_STATUS_NOT_FOUND,
-    RSMI_STATUS_NOT_SUPPORTED,
-    ROCMSMIError,
-    rsmi_process_info_t,
-)
+from gpustack_vendors.hygon.rocm_smi import RSMI_MEM_TYPE_VRAM, RSMI_TEMP_TYPE_EDGE
 
 MIB = 1 << 20
 

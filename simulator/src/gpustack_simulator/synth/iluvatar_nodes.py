@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from gpustack_simulator.synth.timeline import NodeSpec, Steps, VirtualClock, const
-from gpustack_vendors.bindings import ixml
-from gpustack_vendors.bindings.ixml import (
+from gpustack_vendors.iluvatar import ixml
+from gpustack_vendors.iluvatar.ixml import (
     IXML_HEALTH_OK,
     NVML_ERROR_INVALID_ARGUMENT,
     NVML_ERROR_NOT_FOUND,

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from gpustack_simulator.synth.timeline import NodeSpec, Steps, VirtualClock, const
-from gpustack_vendors.bindings import mxsml
-from gpustack_vendors.bindings.mxsml import (
+from gpustack_vendors.metax import mxsml
+from gpustack_vendors.metax.mxsml import (
     MXSML_ERROR_INVALID_DEVICE_ID,
     MXSML_ERROR_OPERATION_NOT_SUPPORT,
     MXSML_TEMPERATURE_HOTSPOT,

@@ -51,16 +51,16 @@ from gpustack_simulator.synth.nvidia_nodes import NODES
 from gpustack_simulator.synth.nvml import Node
 from gpustack_simulator.synth.thead_nodes import NODES as THEAD_NODES
 from gpustack_simulator.synth.timeline import NodeSpec, VirtualClock
-from gpustack_vendors.bindings import hydmi
-from gpustack_vendors.bindings.cndev import Cndev
-from gpustack_vendors.bindings.dcmi import Dcmi
-from gpustack_vendors.bindings.hgml import Hgml
-from gpustack_vendors.bindings.hydmi import HyDmiMig
-from gpustack_vendors.bindings.hygon_rocm_smi import HygonRocmSmi
-from gpustack_vendors.bindings.ixml import Ixml
-from gpustack_vendors.bindings.mxsml import Mxsml
+from gpustack_vendors.ascend.dcmi import Dcmi
 from gpustack_vendors.bindings.rocm_smi import RocmSmi
+from gpustack_vendors.cambricon.cndev import Cndev
+from gpustack_vendors.hygon import hydmi
+from gpustack_vendors.hygon.hydmi import HyDmiMig
+from gpustack_vendors.hygon.rocm_smi import HygonRocmSmi
+from gpustack_vendors.iluvatar.ixml import Ixml
+from gpustack_vendors.metax.mxsml import Mxsml
 from gpustack_vendors.registry import Bindings
+from gpustack_vendors.thead.hgml import Hgml
 
 N = TypeVar("N")
 SYNTHESIZED_AT: Final = datetime(2026, 1, 1, tzinfo=UTC)

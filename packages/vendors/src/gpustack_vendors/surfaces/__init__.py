@@ -1,4 +1,7 @@
-"""Each manufacturer's *surface*: the library calls its backend makes, as a ``typing.Protocol``.
+"""Surfaces shared by several manufacturers (ROCm SMI's, :mod:`.rocm_smi`, for AMD and Hygon).
+
+Each manufacturer's own *surface* — the library calls its backend makes, as a
+``typing.Protocol`` — is ``gpustack_vendors.<vendor>.surface``, next to its binding and backend.
 
 A backend is typed against its surface, never against ``Any``: the real binding (official
 ``pynvml``/``amdsmi``, or our ctypes binding) and the simulator's replay stand-in are both handed

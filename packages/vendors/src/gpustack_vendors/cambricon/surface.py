@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpustack_vendors.bindings.cndev import (
+from gpustack_vendors.cambricon.cndev import (
     cndevCardHealthState_t,
     cndevDevicePowerInfo_t,
     cndevMemoryInfoV2_t,

@@ -1,4 +1,4 @@
-"""T-Head PPU backend over our HGML binding (``gpustack_vendors.bindings.hgml``, or its replay).
+"""T-Head PPU backend over our HGML binding (``gpustack_vendors.thead.hgml``, or its replay).
 
 HGML is an NVML clone, so this reads as the NVIDIA backend does, through the same
 :mod:`gpustack_vendors.nvml_shaped` code: memory in bytes and power in
@@ -23,15 +23,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gpustack_vendors.bindings import hgml as h
-from gpustack_vendors.bindings.hgml import HGMLError
 from gpustack_vendors.nvml_shaped import (
     MigDialect,
     NvmlMigBackend,
     NvmlShapedCallError,
     sized_or_none,
 )
-from gpustack_vendors.surfaces.thead import HgmlSurface
+from gpustack_vendors.thead import hgml as h
+from gpustack_vendors.thead.hgml import HGMLError
+from gpustack_vendors.thead.surface import HgmlSurface
 
 MANUFACTURER = "thead"
 

@@ -1,4 +1,4 @@
-"""MetaX backend over MXSML (our binding ``gpustack_vendors.bindings.mxsml``, or its replay).
+"""MetaX backend over MXSML (our binding ``gpustack_vendors.metax.mxsml``, or its replay).
 
 **Identity.** A card's id is the UUID ``mxSmlGetDeviceInfo`` reports; ``index`` is the MXSML
 device index, which every call takes. VFs (virtualization mode VF) belong to guests and are not
@@ -36,7 +36,9 @@ from gpustack_vendors.answers import (
     unknown_memory_only,
     unsupported_partitions,
 )
-from gpustack_vendors.bindings.mxsml import (
+from gpustack_vendors.calling import BindingBackend, CallError
+from gpustack_vendors.detected import Detected
+from gpustack_vendors.metax.mxsml import (
     MAX_GPU_NUM_USED_BY_PROCESS,
     MXSML_ERROR_BUSY_DEVICE,
     MXSML_ERROR_FLR_NOT_READY,
@@ -50,8 +52,7 @@ from gpustack_vendors.bindings.mxsml import (
     MXSML_VIRTUALIZATION_MODE_VF,
     MXSMLError,
 )
-from gpustack_vendors.calling import BindingBackend, CallError
-from gpustack_vendors.detected import Detected
+from gpustack_vendors.metax.surface import MxsmlSurface
 from gpustack_vendors.model import (
     CardSample,
     Detection,
@@ -61,7 +62,6 @@ from gpustack_vendors.model import (
     ProcessRow,
 )
 from gpustack_vendors.pci import normalize_bus_id
-from gpustack_vendors.surfaces.metax import MxsmlSurface
 
 MANUFACTURER = "metax"
 KIB_PER_MIB = 1024

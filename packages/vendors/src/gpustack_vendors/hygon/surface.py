@@ -1,7 +1,7 @@
 """The Hygon backend's surfaces: Hygon's ROCm SMI (cards, processes) and ``libhydmi_mig``.
 
-Both libraries are ours (:mod:`~gpustack_vendors.bindings.hygon_rocm_smi`,
-:mod:`~gpustack_vendors.bindings.hydmi`), so the types are the bindings' own; MIG device and
+Both libraries are ours (:mod:`~gpustack_vendors.hygon.rocm_smi`,
+:mod:`~gpustack_vendors.hygon.hydmi`), so the types are the bindings' own; MIG device and
 GPU-instance handles are opaque.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpustack_vendors.bindings.hydmi import (
+from gpustack_vendors.hygon.hydmi import (
     dmiGpuInstanceInfo_t,
     dmiGpuInstanceProfileInfo_t,
     dmiMemory_t,

@@ -36,7 +36,11 @@ from typing import Any
 from gpustack_core.reasons import QueryReason
 from gpustack_core.units import bytes_to_mib
 from gpustack_vendors import errors
-from gpustack_vendors.bindings.hydmi import (
+from gpustack_vendors.bindings.rocm_smi import (
+    pci_address,
+)
+from gpustack_vendors.detected import Detected
+from gpustack_vendors.hygon.hydmi import (
     CONF_NAME,
     DMI_DEVICE_MIG_ENABLE,
     DMI_ERROR_INVALID_ARGUMENT,
@@ -46,7 +50,7 @@ from gpustack_vendors.bindings.hydmi import (
     MIG_UUID_PREFIX,
     HyDmiError,
 )
-from gpustack_vendors.bindings.hygon_rocm_smi import (
+from gpustack_vendors.hygon.rocm_smi import (
     RSMI_MEM_TYPE_VRAM,
     RSMI_SW_COMP_DRIVER,
     RSMI_TEMP_CURRENT,
@@ -54,10 +58,7 @@ from gpustack_vendors.bindings.hygon_rocm_smi import (
     RSMI_TEMP_TYPE_JUNCTION,
     RSMI_TEMP_TYPE_MEMORY,
 )
-from gpustack_vendors.bindings.rocm_smi import (
-    pci_address,
-)
-from gpustack_vendors.detected import Detected
+from gpustack_vendors.hygon.surface import HyDmiSurface, HygonRocmSmiSurface
 from gpustack_vendors.model import (
     CardSample,
     Detection,
@@ -74,7 +75,6 @@ from gpustack_vendors.rocm_common import (
     process_devices,
     quietly,
 )
-from gpustack_vendors.surfaces.hygon import HyDmiSurface, HygonRocmSmiSurface
 
 MANUFACTURER = "hygon"
 

@@ -1,4 +1,4 @@
-"""Iluvatar backend over IXML (our binding ``gpustack_vendors.bindings.ixml``, or its replay).
+"""Iluvatar backend over IXML (our binding ``gpustack_vendors.iluvatar.ixml``, or its replay).
 
 IXML is an NVML copy, so its cards are sampled and shut down by the NVIDIA backend's code
 (:mod:`gpustack_vendors.nvml_shaped`), with IXML's own choices:
@@ -30,7 +30,7 @@ from gpustack_vendors.answers import (
     unknown_memory_only,
     unsupported_partitions,
 )
-from gpustack_vendors.bindings.ixml import (
+from gpustack_vendors.iluvatar.ixml import (
     IXML_HEALTH_OK,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
     NVML_ERROR_FUNCTION_NOT_FOUND,
@@ -40,6 +40,7 @@ from gpustack_vendors.bindings.ixml import (
     NVML_VALUE_NOT_AVAILABLE_ULL,
     IXMLError,
 )
+from gpustack_vendors.iluvatar.surface import IxmlSurface
 from gpustack_vendors.model import (
     Detection,
     DeviceInfo,
@@ -55,7 +56,6 @@ from gpustack_vendors.nvml_shaped import (
     sized_or_none,
 )
 from gpustack_vendors.pci import normalize_bus_id
-from gpustack_vendors.surfaces.iluvatar import IxmlSurface
 
 MANUFACTURER = "iluvatar"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpustack_vendors.bindings.hgml import (
+from gpustack_vendors.thead.hgml import (
     c_hgmlMemory_t,
     c_hgmlProcessInfo_t,
     c_hgmlProcessUtilizationInfo_v1_t,

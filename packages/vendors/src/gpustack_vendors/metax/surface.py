@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpustack_vendors.bindings.mxsml import (
+from gpustack_vendors.metax.mxsml import (
     mxSmlBoardWayElectricInfo_t,
     mxSmlDeviceInfo_t,
     mxSmlMemoryInfo_t,

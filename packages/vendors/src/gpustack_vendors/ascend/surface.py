@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpustack_vendors.bindings.dcmi import (
+from gpustack_vendors.ascend.dcmi import (
     dcmi_chip_info_v2,
     dcmi_die_id,
     dcmi_get_memory_info_stru,

@@ -1,4 +1,4 @@
-"""Ascend backend over our DCMI binding (``gpustack_vendors.bindings.dcmi``, or its replay).
+"""Ascend backend over our DCMI binding (``gpustack_vendors.ascend.dcmi``, or its replay).
 
 **Devices** are ``(card_id, device_id)`` pairs: an Atlas 300I Duo is one card holding two chips,
 both at the card's one PCI address, so the bus id cannot name a device. A device's id is its die
@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpustack_core.reasons import QueryReason
-from gpustack_vendors.bindings import dcmi as d
-from gpustack_vendors.bindings.dcmi import DCMIError
+from gpustack_vendors.ascend import dcmi as d
+from gpustack_vendors.ascend.dcmi import DCMIError
+from gpustack_vendors.ascend.surface import DcmiSurface
 from gpustack_vendors.calling import BindingBackend, CallError
 from gpustack_vendors.model import (
     CardSample,
@@ -44,7 +45,6 @@ from gpustack_vendors.model import (
     ProcessRow,
 )
 from gpustack_vendors.pci import normalize_bus_id
-from gpustack_vendors.surfaces.ascend import DcmiSurface
 
 MANUFACTURER = "ascend"
 
@@ -54,7 +54,7 @@ T = QueryReason.TRANSIENT_DRIVER_ERROR
 X = QueryReason.TRUNCATED
 
 DCMI_REASONS: Mapping[int, QueryReason] = {
-    # Checked against the codes in ``gpustack_vendors.bindings.dcmi`` (dcmi_interface_api.h).
+    # Checked against the codes in ``gpustack_vendors.ascend.dcmi`` (dcmi_interface_api.h).
     d.DCMI_ERROR_NOT_SUPPORT: U,
     d.DCMI_ERROR_NOT_SUPPORT_IN_CONTAINER: U,
     d.DCMI_ERROR_FUNCTION_NOT_FOUND: U,  # this library lacks the entry point

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpustack_vendors.bindings.ixml import (
+from gpustack_vendors.iluvatar.ixml import (
     c_nvmlMemory_t,
     c_nvmlMemory_v2_t,
     c_nvmlPciInfo_t,

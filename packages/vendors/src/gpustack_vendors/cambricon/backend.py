@@ -1,4 +1,4 @@
-"""Cambricon backend over CNDev (our binding ``gpustack_vendors.bindings.cndev``, or its replay).
+"""Cambricon backend over CNDev (our binding ``gpustack_vendors.cambricon.cndev``, or its replay).
 
 **Identity.** A card's id is ``MLU-`` plus the UUID ``cndevGetUUID`` writes, the spelling
 ``cnmon``, the device plugin and the operator use. ``index`` is the CNDev index; every per-device
@@ -33,7 +33,8 @@ from typing import Any
 from gpustack_core.reasons import QueryReason
 from gpustack_vendors import errors
 from gpustack_vendors.answers import c_text, per_device, unsupported_partitions
-from gpustack_vendors.bindings.cndev import (
+from gpustack_vendors.calling import BindingBackend, CallError
+from gpustack_vendors.cambricon.cndev import (
     CNDEV_ERROR_FUNCTION_NOT_FOUND,
     CNDEV_ERROR_IN_USE,
     CNDEV_ERROR_INSUFFICIENT_SPACE,
@@ -46,7 +47,7 @@ from gpustack_vendors.bindings.cndev import (
     CNDEV_VERSION_6,
     CNDevError,
 )
-from gpustack_vendors.calling import BindingBackend, CallError
+from gpustack_vendors.cambricon.surface import CndevSurface
 from gpustack_vendors.detected import Detected
 from gpustack_vendors.model import (
     CardSample,
@@ -57,7 +58,6 @@ from gpustack_vendors.model import (
     ProcessRow,
 )
 from gpustack_vendors.pci import normalize_bus_id
-from gpustack_vendors.surfaces.cambricon import CndevSurface
 
 MANUFACTURER = "cambricon"
 KIB = 1024

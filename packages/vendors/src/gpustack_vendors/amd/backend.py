@@ -40,6 +40,7 @@ from typing import Any
 
 from gpustack_core.reasons import QueryReason
 from gpustack_vendors import errors
+from gpustack_vendors.amd.surface import AmdRocmSmiSurface, AmdSmiSurface
 from gpustack_vendors.answers import unsupported_partitions
 from gpustack_vendors.bindings.rocm_smi import (
     pci_address,
@@ -61,7 +62,6 @@ from gpustack_vendors.rocm_common import (
     process_devices,
     quietly,
 )
-from gpustack_vendors.surfaces.amd import AmdRocmSmiSurface, AmdSmiSurface
 
 MANUFACTURER = "amd"
 

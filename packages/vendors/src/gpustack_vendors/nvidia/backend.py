@@ -8,8 +8,8 @@ NVML clones share; this module states how pynvml spells it.
 
 from __future__ import annotations
 
+from gpustack_vendors.nvidia.surface import NvmlPciInfo, NvmlProcessInfo, NvmlSurface
 from gpustack_vendors.nvml_shaped import MigDialect, NvmlMigBackend, NvmlShapedCallError
-from gpustack_vendors.surfaces.nvidia import NvmlPciInfo, NvmlProcessInfo, NvmlSurface
 
 MANUFACTURER = "nvidia"
 MIG_ENABLED = 1
