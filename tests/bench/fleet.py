@@ -33,6 +33,7 @@ CENSUS_FROM = 300
 """From this many nodes on, a census counts the settled members while ``up`` waits."""
 CENSUS_SECONDS = 120.0
 TICKS = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _rss_mib(pid: int) -> float:
@@ -53,8 +54,11 @@ def _footprint(state: Path) -> dict[str, float]:
     return roles
 
 
-def _cpu_seconds(state: Path) -> dict[str, float]:
-    """CPU seconds so far of each process started for ``state`` (found by its command line)."""
+def _cpu_seconds(state: Path, rss: dict[str, float] | None = None) -> dict[str, float]:
+    """CPU seconds so far of each process started for ``state`` (found by its command line).
+
+    ``rss``, when given, is filled with each role's resident MiB now.
+    """
     found: dict[str, float] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -74,6 +78,8 @@ def _cpu_seconds(state: Path) -> dict[str, float]:
             else "cluster"
         )
         found[role] = found.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / TICKS
+        if rss is not None:
+            rss[role] = rss.get(role, 0.0) + int(fields[21]) * PAGE / 2**20
     return found
 
 
@@ -124,16 +130,18 @@ class Census:
                 if self.done.wait(max(0.0, start + moment - time.perf_counter())):
                     return
                 settled, total = self._count(client)
-                now, cpu = time.perf_counter(), _cpu_seconds(self.state)
+                rss: dict[str, float] = {}
+                now, cpu = time.perf_counter(), _cpu_seconds(self.state, rss)
                 busy = ", ".join(
-                    f"{role} {(cpu[role] - before.get(role, 0.0)) / (now - at):.0%}"
+                    f"{role} {(cpu[role] - before.get(role, 0.0)) / (now - at):.0%} "
+                    f"({rss.get(role, 0.0):.0f} MiB)"
                     for role in sorted(cpu)
                 )
                 load = Path("/proc/loadavg").read_text().split()[:3]
                 self.last = (now - start, settled, total)
                 self.lines.append(
                     f"  census at {now - start:5.0f} s: {settled}/{total} settled; "
-                    f"CPU (of one core) {busy}; load {' '.join(load)}"
+                    f"CPU (of one core) and RSS {busy}; load {' '.join(load)}"
                 )
                 print(self.lines[-1], flush=True)
                 before, at = cpu, now

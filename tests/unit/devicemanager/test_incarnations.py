@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 import msgspec
+import trio
+import trio.testing
 
 from gpustack_core.pods import Pod, pod_from_object
 from gpustack_devicemanager.exporter import current_incarnations
@@ -198,3 +200,26 @@ async def test_terminating_pods_and_forgotten_uids_are_not_read() -> None:
     assert incarnations.statistics().cached == 1
     await incarnations.current_uids([])
     assert incarnations.statistics().cached == 0  # no Pod names it any more
+
+
+async def test_reading_ahead_leaves_the_round_nothing_to_read() -> None:
+    server = Instances({"ws": "uid-1"})
+    incarnations = reader(server, Clock())
+    pods: list[Pod] | None = None
+    changed = trio.Event()
+
+    async def wait_changed() -> None:
+        await changed.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(incarnations.follow, lambda: pods, wait_changed)
+        await trio.testing.wait_all_tasks_blocked()
+        assert server.reads == []  # the node's Pods are not known yet
+        pods = [pod("ws", "uid-1")]
+        changed.set()
+        changed = trio.Event()
+        await trio.testing.wait_all_tasks_blocked()
+        assert server.reads == ["ws"]
+        assert await incarnations.current_uids(pods) == {("team-a", "ws"): "uid-1"}
+        assert server.reads == ["ws"]  # the round found it cached
+        nursery.cancel_scope.cancel()
