@@ -63,8 +63,9 @@ log = logging.getLogger("gpustack.devicemanager.incarnations")
 RECHECK_SECONDS = 300.0
 """How long a positive answer stands before it is read again (the informer resync period)."""
 
-CONCURRENT_READS = 4
-"""Reads in flight at once in one round (a node's first round reads all its Instances)."""
+CONCURRENT_READS = 1
+"""Reads in flight at once: one, over the client's kept-alive connection. More would open (and
+TLS-handshake) a connection each; nothing waits on the read-ahead, and a round rarely reads."""
 
 Key = tuple[str, str]
 """(namespace, Instance name)."""

@@ -99,7 +99,11 @@ def _bind(state: ClusterState, addresses: Sequence[PodAddress]) -> None:
                 f"--pod-address: Pod {address.namespace}/{address.name} has no container port "
                 "named https to bind"
             )
-        state.bind_pod_address(address.namespace, address.name, address.ip, address.port)
+    # One Service and Endpoints sync for them all (nothing watches yet): a sync per Pod
+    # recomputed a thousand Device Managers' Endpoints a thousand times.
+    state.bind_pod_addresses(
+        [(address.namespace, address.name, address.ip, address.port) for address in addresses]
+    )
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -233,16 +233,25 @@ class ClusterState:
 
     def bind_pod_address(self, namespace: str, name: str, ip: str, port: int) -> None:
         """Fill in a Device Manager Pod's IP and https port once its process listens."""
+        self.bind_pod_addresses([(namespace, name, ip, port)])
 
-        def mutate(pod: dict[str, Any]) -> None:
-            pod["status"]["podIP"] = ip
-            pod["status"]["podIPs"] = [{"ip": ip}]
-            for container in pod["spec"]["containers"]:
-                for port_spec in container.get("ports", []):
-                    if port_spec.get("name") == "https":
-                        port_spec["containerPort"] = port
+    def bind_pod_addresses(self, bindings: Sequence[tuple[str, str, str, int]]) -> None:
+        """:meth:`bind_pod_address` for each ``(namespace, name, ip, port)``, in order.
 
-        self.update_pod(namespace, name, mutate)
+        The Service and Endpoints are synced once, after the last.
+        """
+        for namespace, name, ip, port in bindings:
+
+            def mutate(pod: dict[str, Any], ip: str = ip, port: int = port) -> None:
+                pod["status"]["podIP"] = ip
+                pod["status"]["podIPs"] = [{"ip": ip}]
+                for container in pod["spec"]["containers"]:
+                    for port_spec in container.get("ports", []):
+                        if port_spec.get("name") == "https":
+                            port_spec["containerPort"] = port
+
+            self.store.update(POD, namespace, name, mutate)
+        self._sync_services()
 
     def add_fault(self, fault: Fault) -> None:
         """Inject a fault at run time (kubelet unreachable, metrics API absent)."""

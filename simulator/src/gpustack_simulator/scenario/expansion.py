@@ -96,6 +96,16 @@ class _Expander:
         self.plans = _pod_plans(self.doc)
         self.inventories: dict[str, list[_Inventory]] = {}
         self.node_index = {node.name: i for i, node in enumerate(self.doc.nodes)}
+        # Each plan's place among its node's plans, and each Instance's plan: found once,
+        # not by a scan of every plan per Pod (a fleet has ten thousand).
+        self.positions: dict[int, int] = {}
+        self.plan_of: dict[int, _PodPlan] = {}
+        counts: dict[str, int] = {}
+        for plan in self.plans:
+            self.positions[id(plan)] = counts.get(plan.node, 0)
+            counts[plan.node] = counts.get(plan.node, 0) + 1
+            if plan.instance is not None:
+                self.plan_of.setdefault(id(plan.instance), plan)
 
     def fail_if_problems(self) -> None:
         if self.problems:
@@ -371,7 +381,7 @@ class _Expander:
         }
 
     def _instance(self, instance: InstanceDoc) -> dict[str, Any]:
-        pod = next((p for p in self.plans if p.instance is instance), None)
+        pod = self.plan_of.get(id(instance))  # the first plan of that Instance, by identity
         phase = instance.phase or _instance_phase(instance, pod)
         status: dict[str, Any] = {"phase": phase}
         node = instance.node or (pod.node if pod else "")
@@ -504,7 +514,7 @@ class _Expander:
 
     def _pod_ip(self, plan: _PodPlan) -> str:
         index = self.node_index[plan.node]
-        position = [p for p in self.plans if p.node == plan.node].index(plan)
+        position = self.positions[id(plan)]  # no two plans are equal (each has its path)
         return f"10.42.{index}.{10 + position}"
 
     def _runtime(self, plan: _PodPlan) -> _Runtime | None:
