@@ -1,20 +1,28 @@
 """The plumbing every backend over a handed-in binding shares: one error, ``_call`` and ``_maybe``.
 
-A backend calls its binding by method name; a failure the binding raises (an exception with the
-library's numeric code in ``value``) becomes the backend's :class:`CallError` subclass, which
-maps that code to a reason by number (:mod:`gpustack_vendors.errors`) and says whether the card
-itself is gone (``fatal``). A figure a card may not support is read with ``_maybe``: absent
-rather than fatal to the pass.
+A backend calls its binding through the bound function itself
+(``self._call(self._mxsml.mxSmlGetDeviceCount)``), never by a name looked up at run time, so the
+surface's argument and return types (``gpustack_vendors.<vendor>.surface``) reach the backend's
+code and mypy checks each call against them. A failure the binding raises (an exception with the
+library's numeric code in ``value``) becomes the backend's :class:`CallError` subclass, named by
+the called function's ``__name__`` — the library's own name for every binding a backend is handed:
+pynvml's and amdsmi's module functions, our ctypes bindings' methods, the replay stand-ins' typed
+methods and the recorder's proxies, whose closures carry the wrapped function's name. The code
+maps to a reason by number (:mod:`gpustack_vendors.errors`) and says whether the card itself is
+gone (``fatal``). A figure a card may not support is read with ``_maybe``: absent rather than
+fatal to the pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, ParamSpec, TypeVar
 
 from gpustack_core.reasons import QueryReason
 from gpustack_vendors import errors
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 _T = TypeVar("_T")
 
 
@@ -42,8 +50,13 @@ class CallError(Exception):
         return ""
 
 
+def same(value: _T) -> _T:
+    """``_maybe``'s conversion for an answer the backend reads as the binding returned it."""
+    return value
+
+
 class BindingBackend:
-    """``_call`` and ``_maybe`` over the binding :meth:`_binding` returns.
+    """``_call`` and ``_maybe`` over the bound functions of a binding typed as its surface.
 
     :attr:`call_error` is the backend's :class:`CallError`; :meth:`_failure` is the exception
     class the binding raises (a class attribute, or the binding's own, as pynvml's).
@@ -52,22 +65,28 @@ class BindingBackend:
     call_error: ClassVar[type[CallError]]
     binding_error: ClassVar[type[Exception]]
 
-    def _binding(self) -> object:
-        """The binding, typed by the subclass as its surface (``<vendor>.surface``)."""
-        raise NotImplementedError
-
     def _failure(self) -> type[Exception]:
         return self.binding_error
 
-    def _call(self, fn: str, *args: Any) -> Any:
+    def _call(self, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """``fn(*args)``; the binding's failure becomes :attr:`call_error` named ``fn.__name__``."""
         try:
-            return getattr(self._binding(), fn)(*args)
+            return fn(*args, **kwargs)
         except self._failure() as exc:
-            raise self.call_error(fn, int(exc.value)) from exc  # type: ignore[attr-defined]
+            raise self.call_error(fn.__name__, int(exc.value)) from exc  # type: ignore[attr-defined]
 
-    def _maybe(self, fn: str, *args: Any, convert: Callable[[Any], _T]) -> _T | None:
-        """A figure that may be unsupported on this card: absent rather than fatal to the pass."""
+    def _maybe(
+        self,
+        convert: Callable[[_R], _T],
+        fn: Callable[_P, _R],
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> _T | None:
+        """A figure that may be unsupported on this card: absent rather than fatal to the pass.
+
+        ``convert`` comes first because ``fn``'s arguments are the rest of the call.
+        """
         try:
-            return convert(self._call(fn, *args))
+            return convert(self._call(fn, *args, **kwargs))
         except self.call_error:
             return None

@@ -6,6 +6,10 @@ and with NVML's return codes. One base reads them all; what a vendor does differ
 once, in its :class:`NvmlDialect` or :class:`MigDialect` and in the hooks it overrides, never
 tested for in the shared code.
 
+The shared code reaches the library through a table of its bound functions, which each vendor
+writes over its own surface, one property per call (:mod:`gpustack_vendors.surfaces.nvml` says
+why).
+
 :class:`NvmlShapedBackend` is the card part (handles, whole-card samples, shutdown);
 :class:`NvmlMigBackend` adds what NVIDIA and T-Head both serve: MIG partitions read on their
 **own** handles, never by folding the parent card's figures, and per-process SM samples.
@@ -16,7 +20,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from gpustack_core.reasons import QueryReason
 from gpustack_core.units import bytes_to_mib
@@ -33,10 +37,17 @@ from gpustack_vendors.model import (
     PartitionSample,
     ProcessRow,
 )
+from gpustack_vendors.nvidia.surface import (
+    NvmlMemory,
+    NvmlPciInfo,
+    NvmlProcessInfo,
+    NvmlProcessUtilizationSample,
+)
 from gpustack_vendors.pci import normalize_bus_id
+from gpustack_vendors.surfaces.nvml import NvmlCards, NvmlMig
 
-_B = TypeVar("_B")
-"""The binding's surface (``gpustack_vendors.<vendor>.surface``): NVML's, HGML's or IXML's."""
+_H = TypeVar("_H")
+"""The library's device handle: opaque (``object``) for NVML and HGML, IXML's ``ixmlDevice_t``."""
 
 
 class NvmlShapedCallError(CallError):
@@ -50,8 +61,6 @@ class NvmlShapedCallError(CallError):
 class NvmlDialect:
     """How one NVML-shaped library spells what every one of them answers."""
 
-    prefix: str
-    """What every function name starts with (``nvml``, ``hgml``); NVML's suffix follows."""
     temperature_gpu: int
     """The library's ``NVML_TEMPERATURE_GPU``."""
 
@@ -64,46 +73,34 @@ class MigDialect(NvmlDialect):
     """The library's ``NVML_ERROR_NOT_FOUND``: an empty MIG slot, or no new process sample."""
     mig_enabled: int
     """The current MIG mode that means partitions are on."""
-    runtime_version_fn: str
-    """The system call answering the runtime version, encoded as CUDA's (12.4 is 12040)."""
-    bus_id: Callable[[Any], str]
+    bus_id: Callable[[NvmlPciInfo], str]
     """The bus id text of the library's PCI info answer."""
-    process_memory: Callable[[Any], int | None]
+    process_memory: Callable[[NvmlProcessInfo], int | None]
     """A running process's memory in bytes; ``None`` where the library cannot size it."""
-    compute_capability_fn: str | None = None
-    """The per-card call answering ``(major, minor)`` (NVML's CUDA compute capability), or
-    ``None`` for a library that has no such figure."""
 
 
-class NvmlShapedBackend(BindingBackend, Generic[_B]):
+class NvmlShapedBackend(BindingBackend, Generic[_H]):
     """Card handles, whole-card samples and shutdown over an NVML-shaped binding it is handed.
 
-    A subclass calls the library's own init and states its :class:`NvmlDialect`; it overrides
-    :meth:`_memory` where the library reads memory another way and :meth:`_health_bits` where
-    it states card health beyond NVML's fatal codes.
+    A subclass hands over its library's :class:`NvmlCards`, calls the library's own init and
+    states its :class:`NvmlDialect`; it overrides :meth:`_memory` where the library reads memory
+    another way and :meth:`_health_bits` where it states card health beyond NVML's fatal codes.
     """
 
     manufacturer: str
 
-    def __init__(self, binding: _B, dialect: NvmlDialect) -> None:
-        self._lib = binding
+    def __init__(self, calls: NvmlCards[_H], dialect: NvmlDialect) -> None:
+        self._card_calls = calls
         self._dialect = dialect
-        self._detected: Detected[Any, tuple[str, Any]] = Detected(self.detect)
+        self._detected: Detected[_H, tuple[str, _H]] = Detected(self.detect)
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _binding(self) -> _B:
-        return self._lib
-
-    def _fn(self, suffix: str) -> str:
-        """The library's name for NVML's ``nvml<suffix>``."""
-        return self._dialect.prefix + suffix
-
-    def _memory(self, uuid: str, handle: Any) -> Any:
+    def _memory(self, uuid: str, handle: _H) -> NvmlMemory:
         """The card's memory answer (``total``, ``used`` in bytes)."""
-        return self._call(self._fn("DeviceGetMemoryInfo"), handle)
+        return self._call(self._card_calls.device_get_memory_info, handle)
 
-    def _health_bits(self, handle: Any) -> bool:
+    def _health_bits(self, handle: _H) -> bool:
         """Whether the library states the card unhealthy beyond a fatal code: NVML does not."""
         return False
 
@@ -131,16 +128,16 @@ class NvmlShapedBackend(BindingBackend, Generic[_B]):
                     memory_total_mib=total,
                     memory_used_mib=used,
                     cores_utilization_percent=self._maybe(
-                        self._fn("DeviceGetUtilizationRates"), handle, convert=lambda u: int(u.gpu)
+                        lambda u: int(u.gpu), self._card_calls.device_get_utilization_rates, handle
                     ),
                     temperature_celsius=self._maybe(
-                        self._fn("DeviceGetTemperature"),
+                        int,
+                        self._card_calls.device_get_temperature,
                         handle,
                         self._dialect.temperature_gpu,
-                        convert=int,
                     ),
                     power_watts=self._maybe(
-                        self._fn("DeviceGetPowerUsage"), handle, convert=lambda mw: int(mw) / 1000
+                        lambda mw: int(mw) / 1000, self._card_calls.device_get_power_usage, handle
                     ),
                     unhealthy=unhealthy or self._health_bits(handle),
                 )
@@ -150,10 +147,10 @@ class NvmlShapedBackend(BindingBackend, Generic[_B]):
     def close(self) -> None:
         """Shut the library down; errors here change nothing for the caller."""
         with contextlib.suppress(self.call_error):
-            self._call(self._fn("Shutdown"))
+            self._call(self._card_calls.shutdown)
 
 
-class NvmlMigBackend(NvmlShapedBackend[_B]):
+class NvmlMigBackend(NvmlShapedBackend[_H]):
     """NVML's whole surface: cards, MIG partitions on their own handles, process SM samples.
 
     A subclass overrides :meth:`_utilization` where its library reads process samples another
@@ -162,23 +159,25 @@ class NvmlMigBackend(NvmlShapedBackend[_B]):
 
     _dialect: MigDialect
 
-    def __init__(self, binding: _B, dialect: MigDialect) -> None:
-        super().__init__(binding, dialect)
+    def __init__(self, nvml: NvmlMig[_H], dialect: MigDialect) -> None:
+        super().__init__(nvml, dialect)
+        self._nvml = nvml
 
     # -- detection ---------------------------------------------------------------------------
 
     def detect(self) -> Detection:
         """Enumerate cards and their MIG partitions; remember their handles for sampling."""
         dialect = self._dialect
-        driver = self._maybe(self._fn("SystemGetDriverVersion"), convert=str) or ""
-        runtime = self._maybe(dialect.runtime_version_fn, convert=cuda_style_version) or ""
+        nvml = self._nvml
+        driver = self._maybe(str, nvml.system_get_driver_version) or ""
+        runtime = self._maybe(cuda_style_version, nvml.system_get_runtime_version) or ""
         devices: list[DeviceInfo] = []
         notes: list[str] = []
-        cards: dict[str, Any] = {}
-        partitions: dict[str, tuple[str, Any]] = {}
-        for index in range(int(self._call(self._fn("DeviceGetCount")))):
-            handle = self._call(self._fn("DeviceGetHandleByIndex"), index)
-            uuid = str(self._call(self._fn("DeviceGetUUID"), handle))
+        cards: dict[str, _H] = {}
+        partitions: dict[str, tuple[str, _H]] = {}
+        for index in range(int(self._call(nvml.device_get_count))):
+            handle = self._call(nvml.device_get_handle_by_index, index)
+            uuid = str(self._call(nvml.device_get_uuid, handle))
             cards[uuid] = handle
             unhealthy = False
             try:
@@ -192,14 +191,13 @@ class NvmlMigBackend(NvmlShapedBackend[_B]):
                 DeviceInfo(
                     id=uuid,
                     index=index,
-                    name=str(self._call(self._fn("DeviceGetName"), handle)),
+                    name=str(self._call(nvml.device_get_name, handle)),
                     memory_mib=memory_mib,
-                    cores=self._maybe(self._fn("DeviceGetNumGpuCores"), handle, convert=int),
+                    cores=self._maybe(int, nvml.device_get_num_gpu_cores, handle),
                     driver_version=driver,
                     runtime_version=runtime,
                     pci_bus_id=normalize_bus_id(
-                        self._maybe(self._fn("DeviceGetPciInfo"), handle, convert=dialect.bus_id)
-                        or ""
+                        self._maybe(dialect.bus_id, nvml.device_get_pci_info, handle) or ""
                     ),
                     unhealthy=unhealthy,
                     partitions=tuple(p for p, _ in found),
@@ -209,23 +207,24 @@ class NvmlMigBackend(NvmlShapedBackend[_B]):
         self._detected.remember(cards, partitions)
         return Detection(self.manufacturer, tuple(devices), tuple(notes))
 
-    def _compute_capability(self, handle: Any) -> str | None:
+    def _compute_capability(self, handle: _H) -> str | None:
         """``8.6`` from the library's ``(8, 6)``; absent where it is not stated or not read."""
-        fn = self._dialect.compute_capability_fn
+        fn = self._nvml.device_get_compute_capability
         if fn is None:
             return None
-        return self._maybe(fn, handle, convert=lambda cc: f"{int(cc[0])}.{int(cc[1])}")
+        return self._maybe(lambda cc: f"{int(cc[0])}.{int(cc[1])}", fn, handle)
 
     def _detect_partitions(
-        self, uuid: str, handle: Any, notes: list[str]
-    ) -> list[tuple[PartitionInfo, Any]]:
-        mode = self._maybe(self._fn("DeviceGetMigMode"), handle, convert=list)
+        self, uuid: str, handle: _H, notes: list[str]
+    ) -> list[tuple[PartitionInfo, _H]]:
+        nvml = self._nvml
+        mode = self._maybe(list, nvml.device_get_mig_mode, handle)
         if not mode or mode[0] != self._dialect.mig_enabled:
             return []
-        found: list[tuple[PartitionInfo, Any]] = []
-        for slot in range(int(self._call(self._fn("DeviceGetMaxMigDeviceCount"), handle))):
+        found: list[tuple[PartitionInfo, _H]] = []
+        for slot in range(int(self._call(nvml.device_get_max_mig_device_count, handle))):
             try:
-                mig = self._call(self._fn("DeviceGetMigDeviceHandleByIndex"), handle, slot)
+                mig = self._call(nvml.device_get_mig_device_handle_by_index, handle, slot)
             except self.call_error as failure:
                 if failure.code != self._dialect.not_found:  # an empty slot is normal
                     notes.append(f"{uuid}: MIG slot {slot} unreadable ({failure})")
@@ -239,7 +238,7 @@ class NvmlMigBackend(NvmlShapedBackend[_B]):
                         slot=slot,
                         profile=mig_profile(name),
                         memory_mib=bytes_to_mib(
-                            int(self._call(self._fn("DeviceGetMemoryInfo"), mig).total)
+                            int(self._call(nvml.device_get_memory_info, mig).total)
                         ),
                     ),
                     mig,
@@ -247,10 +246,10 @@ class NvmlMigBackend(NvmlShapedBackend[_B]):
             )
         return found
 
-    def _mig_identity(self, mig: Any) -> tuple[str, str]:
+    def _mig_identity(self, mig: _H) -> tuple[str, str]:
         """A partition's UUID and name, read on its own handle (the name first)."""
-        name = str(self._call(self._fn("DeviceGetName"), mig))
-        return str(self._call(self._fn("DeviceGetUUID"), mig)), name
+        name = str(self._call(self._nvml.device_get_name, mig))
+        return str(self._call(self._nvml.device_get_uuid, mig)), name
 
     # -- processes ---------------------------------------------------------------------------
 
@@ -263,9 +262,9 @@ class NvmlMigBackend(NvmlShapedBackend[_B]):
         cards, _ = self._detected.both()
         return per_device(device_ids, cards, self._device_processes)
 
-    def _device_processes(self, device_id: str, handle: Any) -> DeviceProcesses:
+    def _device_processes(self, device_id: str, handle: _H) -> DeviceProcesses:
         try:
-            listed = self._call(self._fn("DeviceGetComputeRunningProcesses"), handle)
+            listed = self._call(self._nvml.device_get_compute_running_processes, handle)
         except self.call_error as failure:
             return DeviceProcesses.unread(device_id, failure.reason)
         cores: dict[int, int] | None
@@ -287,10 +286,9 @@ class NvmlMigBackend(NvmlShapedBackend[_B]):
         )
         return DeviceProcesses(device_id, rows=rows, cores_reason=cores_reason)
 
-    def _utilization(self, handle: Any) -> Sequence[Any]:
+    def _utilization(self, handle: _H) -> Sequence[NvmlProcessUtilizationSample]:
         """The process samples since the last one read (``lastSeenTimeStamp`` 0: all of them)."""
-        samples: Sequence[Any] = self._call(self._fn("DeviceGetProcessUtilization"), handle, 0)
-        return samples
+        return self._call(self._nvml.device_get_process_utilization, handle, 0)
 
     # -- partitions --------------------------------------------------------------------------
 
@@ -307,7 +305,7 @@ class NvmlMigBackend(NvmlShapedBackend[_B]):
                 continue
             parent, handle = found
             try:
-                memory = self._call(self._fn("DeviceGetMemoryInfo"), handle)
+                memory = self._call(self._nvml.device_get_memory_info, handle)
             except self.call_error as failure:
                 result[partition_id] = PartitionSample.unread(
                     partition_id, failure.reason, QueryReason.UNSUPPORTED, parent
@@ -323,7 +321,7 @@ class NvmlMigBackend(NvmlShapedBackend[_B]):
         return result
 
 
-def cuda_style_version(value: Any) -> str:
+def cuda_style_version(value: int) -> str:
     """A version encoded as CUDA's: 12.4 is 12040."""
     number = int(value)
     return f"{number // 1000}.{number % 1000 // 10}"
@@ -335,7 +333,7 @@ def mig_profile(name: str) -> str:
     return profile.strip() if marker else ""
 
 
-def newest_sm_util(samples: Sequence[Any]) -> dict[int, int]:
+def newest_sm_util(samples: Sequence[NvmlProcessUtilizationSample]) -> dict[int, int]:
     """Several samples per PID are possible; only the newest is current."""
     newest: dict[int, tuple[int, int]] = {}
     for sample in samples:
@@ -345,6 +343,10 @@ def newest_sm_util(samples: Sequence[Any]) -> dict[int, int]:
     return {pid: util for pid, (_, util) in newest.items()}
 
 
-def sized_or_none(used: Any, not_available: int) -> int | None:
-    """A process's memory in bytes, ``None`` where the library answers its not-available value."""
-    return None if int(used) == not_available else int(used)
+def sized_or_none(used: int | None, not_available: int) -> int | None:
+    """A process's memory in bytes, ``None`` where the library answers its not-available value.
+
+    ``used`` is typed as :class:`~gpustack_vendors.nvidia.surface.NvmlProcessInfo` states it
+    (pynvml already answers ``None``); the clones' raw structs always hold a number.
+    """
+    return None if used is None or int(used) == not_available else int(used)

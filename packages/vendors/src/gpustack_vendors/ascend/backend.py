@@ -28,13 +28,12 @@ import dataclasses
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gpustack_core.reasons import QueryReason
 from gpustack_vendors.ascend import dcmi as d
 from gpustack_vendors.ascend.dcmi import DCMIError
 from gpustack_vendors.ascend.surface import DcmiSurface
-from gpustack_vendors.calling import BindingBackend, CallError
+from gpustack_vendors.calling import BindingBackend, CallError, same
 from gpustack_vendors.model import (
     CardSample,
     Detection,
@@ -117,23 +116,18 @@ class AscendBackend(BindingBackend):
         self._lock = threading.Lock()
         self._devices: dict[str, _Device] = {}
         self._vnpus: dict[str, _Vnpu] = {}
-        self._call("dcmi_init")
-
-    # -- plumbing -----------------------------------------------------------------------------
-
-    def _binding(self) -> DcmiSurface:
-        return self._dcmi
+        self._call(self._dcmi.dcmi_init)
 
     # -- detection ---------------------------------------------------------------------------
 
     def detect(self) -> Detection:
         """Enumerate NPUs card by card, with their vNPUs; remember their keys for sampling."""
-        driver = self._maybe("dcmi_get_driver_version", convert=str) or ""
+        driver = self._maybe(str, self._dcmi.dcmi_get_driver_version) or ""
         notes: list[str] = []
         found: list[tuple[int, DeviceInfo, _Device, list[_Vnpu]]] = []
-        for card in self._call("dcmi_get_card_list"):
-            for device in range(int(self._call("dcmi_get_device_num_in_card", card))):
-                unit = self._maybe("dcmi_get_device_type", card, device, convert=int)
+        for card in self._call(self._dcmi.dcmi_get_card_list):
+            for device in range(int(self._call(self._dcmi.dcmi_get_device_num_in_card, card))):
+                unit = self._maybe(int, self._dcmi.dcmi_get_device_type, card, device)
                 if unit is not None and unit != d.DCMI_UNIT_TYPE_NPU:
                     continue
                 found.append(self._detect_device(int(card), device, driver, notes))
@@ -152,16 +146,16 @@ class AscendBackend(BindingBackend):
     def _detect_device(
         self, card: int, device: int, driver: str, notes: list[str]
     ) -> tuple[int, DeviceInfo, _Device, list[_Vnpu]]:
-        logic = self._maybe("dcmi_get_device_logic_id", card, device, convert=int)
+        logic = self._maybe(int, self._dcmi.dcmi_get_device_logic_id, card, device)
         device_id = self._die_id(card, device) or f"npu-card{card}-device{device}"
-        chip = self._maybe("dcmi_get_device_chip_info_v2", card, device, convert=lambda c: c)
+        chip = self._maybe(same, self._dcmi.dcmi_get_device_chip_info_v2, card, device)
         memory_mib = 0
         try:
             memory_mib, _ = self._memory(card, device)
         except DcmiCallError as failure:
             notes.append(f"{device_id}: memory unreadable ({failure})")
-        bus_id = self._maybe("dcmi_get_device_pcie_info_v2", card, device, convert=d.pci_address)
-        health = self._maybe("dcmi_get_device_health", card, device, convert=int)
+        bus_id = self._maybe(d.pci_address, self._dcmi.dcmi_get_device_pcie_info_v2, card, device)
+        health = self._maybe(int, self._dcmi.dcmi_get_device_health, card, device)
         partitions, vnpus = self._detect_vnpus(device_id, card, device, notes)
         info = DeviceInfo(
             id=device_id,
@@ -180,12 +174,13 @@ class AscendBackend(BindingBackend):
 
     def _die_id(self, card: int, device: int) -> str | None:
         """The VDIE id, else the v1 die id; ``None`` when neither answers or both are zero."""
+        die: d.dcmi_die_id | None
         try:
-            die = self._call("dcmi_get_device_die_v2", card, device, d.DCMI_DIE_TYPE_VDIE)
+            die = self._call(self._dcmi.dcmi_get_device_die_v2, card, device, d.DCMI_DIE_TYPE_VDIE)
         except DcmiCallError as failure:
             if failure.code not in _FALL_BACK:
                 return None
-            die = self._maybe("dcmi_get_device_die", card, device, convert=lambda x: x)
+            die = self._maybe(same, self._dcmi.dcmi_get_device_die, card, device)
             if die is None:
                 return None
         words = d.die_words(die)
@@ -196,7 +191,7 @@ class AscendBackend(BindingBackend):
     ) -> tuple[list[PartitionInfo], list[_Vnpu]]:
         """The chip's vNPUs; a chip not in vNPU mode answers ``NOT_SUPPORT`` or zero vNPUs."""
         try:
-            total = self._call("dcmi_get_vdev_total_resource", card, device)
+            total = self._call(self._dcmi.dcmi_get_vdev_total_resource, card, device)
         except DcmiCallError as failure:
             if failure.reason is not QueryReason.UNSUPPORTED:
                 notes.append(f"{parent}: vNPUs unreadable ({failure})")
@@ -206,7 +201,7 @@ class AscendBackend(BindingBackend):
         for vdev_id in list(total.vdev_id)[: int(total.vdev_num)]:
             vnpu = _Vnpu(parent, card, device, int(vdev_id))
             try:
-                query = self._call("dcmi_get_vdev_resource", card, device, vnpu.vdev_id)
+                query = self._call(self._dcmi.dcmi_get_vdev_resource, card, device, vnpu.vdev_id)
             except DcmiCallError as failure:
                 notes.append(f"{parent}: vNPU {vnpu.vdev_id} unreadable ({failure})")
                 continue
@@ -227,14 +222,14 @@ class AscendBackend(BindingBackend):
     def _memory(self, card: int, device: int) -> tuple[int, int]:
         """(total, used) MiB from HBM, or from ``_v3`` where the HBM call does not answer."""
         try:
-            hbm = self._call("dcmi_get_device_hbm_info", card, device)
+            hbm = self._call(self._dcmi.dcmi_get_device_hbm_info, card, device)
         except DcmiCallError as failure:
             if failure.code not in _FALL_BACK:
                 raise
         else:
             if int(hbm.memory_size) > 0:
                 return int(hbm.memory_size), int(hbm.memory_usage)
-        info = self._call("dcmi_get_device_memory_info_v3", card, device)
+        info = self._call(self._dcmi.dcmi_get_device_memory_info_v3, card, device)
         size = int(info.memory_size)
         return size, max(size - int(info.memory_available), 0)
 
@@ -256,27 +251,27 @@ class AscendBackend(BindingBackend):
             total, used = 0, None
             with contextlib.suppress(DcmiCallError):
                 total, used = self._memory(key.card, key.device)
-            health = self._maybe("dcmi_get_device_health", key.card, key.device, convert=int)
+            health = self._maybe(int, self._dcmi.dcmi_get_device_health, key.card, key.device)
             samples.append(
                 CardSample(
                     id=device_id,
                     memory_total_mib=total,
                     memory_used_mib=used,
                     cores_utilization_percent=self._maybe(
-                        "dcmi_get_device_utilization_rate",
+                        int,
+                        self._dcmi.dcmi_get_device_utilization_rate,
                         key.card,
                         key.device,
                         d.DCMI_INPUT_TYPE_AICORE,
-                        convert=int,
                     ),
                     temperature_celsius=self._maybe(
-                        "dcmi_get_device_temperature", key.card, key.device, convert=int
+                        int, self._dcmi.dcmi_get_device_temperature, key.card, key.device
                     ),
                     power_watts=self._maybe(
-                        "dcmi_get_device_power_info",
+                        lambda tenths: int(tenths) / 10,
+                        self._dcmi.dcmi_get_device_power_info,
                         key.card,
                         key.device,
-                        convert=lambda tenths: int(tenths) / 10,
                     ),
                     unhealthy=health is not None and health >= _UNHEALTHY_FROM,
                 )
@@ -299,7 +294,7 @@ class AscendBackend(BindingBackend):
                 )
                 continue
             try:
-                listed = self._call("dcmi_get_device_resource_info", key.card, key.device)
+                listed = self._call(self._dcmi.dcmi_get_device_resource_info, key.card, key.device)
             except DcmiCallError as failure:
                 result[device_id] = DeviceProcesses.unread(device_id, failure.reason)
                 continue
@@ -326,7 +321,9 @@ class AscendBackend(BindingBackend):
                 )
                 continue
             try:
-                query = self._call("dcmi_get_vdev_resource", vnpu.card, vnpu.device, vnpu.vdev_id)
+                query = self._call(
+                    self._dcmi.dcmi_get_vdev_resource, vnpu.card, vnpu.device, vnpu.vdev_id
+                )
             except DcmiCallError as failure:
                 result[partition_id] = PartitionSample.unread(
                     partition_id, failure.reason, QueryReason.UNSUPPORTED, vnpu.parent
@@ -359,10 +356,9 @@ class AscendBackend(BindingBackend):
         """DCMI has no shutdown call; the library stays loaded for the process's life."""
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace").strip("\x00 ")
-    return str(value).strip("\x00 ")
+def _text(value: bytes) -> str:
+    """A ``char[]`` field (the binding's ``bytes``) as text, padding stripped."""
+    return value.decode("utf-8", errors="replace").strip("\x00 ")
 
 
 def _vnpu_id(vnpu: _Vnpu) -> str:

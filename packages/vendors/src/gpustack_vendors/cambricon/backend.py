@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from gpustack_core.reasons import QueryReason
 from gpustack_vendors import errors
 from gpustack_vendors.answers import c_text, per_device, unsupported_partitions
-from gpustack_vendors.calling import BindingBackend, CallError
+from gpustack_vendors.calling import BindingBackend, CallError, same
 from gpustack_vendors.cambricon.cndev import (
     CNDEV_ERROR_FUNCTION_NOT_FOUND,
     CNDEV_ERROR_IN_USE,
@@ -46,6 +45,9 @@ from gpustack_vendors.cambricon.cndev import (
     CNDEV_HEALTH_STATE_DEVICE_IN_PROBLEM,
     CNDEV_VERSION_6,
     CNDevError,
+    cndevDevicePowerInfo_t,
+    cndevPCIeInfoV2_t,
+    cndevVersionInfo_t,
 )
 from gpustack_vendors.cambricon.surface import CndevSurface
 from gpustack_vendors.detected import Detected
@@ -95,12 +97,7 @@ class CambriconBackend(BindingBackend):
     def __init__(self, cndev: CndevSurface) -> None:
         self._cndev = cndev
         self._detected: Detected[int, object] = Detected(self.detect)
-        self._call("cndevInit", 0)
-
-    # -- plumbing -----------------------------------------------------------------------------
-
-    def _binding(self) -> CndevSurface:
-        return self._cndev
+        self._call(self._cndev.cndevInit, 0)
 
     # -- detection ---------------------------------------------------------------------------
 
@@ -109,17 +106,19 @@ class CambriconBackend(BindingBackend):
         notes: list[str] = []
         devices: list[DeviceInfo] = []
         cards: dict[str, int] = {}
-        for index in range(int(self._call("cndevGetDeviceCount", VERSION))):
+        for index in range(int(self._call(self._cndev.cndevGetDeviceCount, VERSION))):
             try:
-                handle = int(self._call("cndevGetDeviceHandleByIndex", index))
-                uuid = UUID_PREFIX + c_text(self._call("cndevGetUUID", handle, VERSION).uuid)
+                handle = int(self._call(self._cndev.cndevGetDeviceHandleByIndex, index))
+                uuid = UUID_PREFIX + c_text(
+                    self._call(self._cndev.cndevGetUUID, handle, VERSION).uuid
+                )
             except CndevCallError as failure:
                 notes.append(f"MLU {index}: no identity, skipped ({failure})")
                 continue
             memory_mib: int | None = 0
             try:
                 memory_mib = _figure(
-                    self._call("cndevGetMemoryUsageV2", handle).physicalMemoryTotal
+                    self._call(self._cndev.cndevGetMemoryUsageV2, handle).physicalMemoryTotal
                 )
             except CndevCallError as failure:
                 notes.append(f"{uuid}: memory unreadable ({failure})")
@@ -128,15 +127,16 @@ class CambriconBackend(BindingBackend):
                 DeviceInfo(
                     id=uuid,
                     index=index,
-                    name=self._maybe("cndevGetCardNameStringByDevId", handle, convert=str) or "MLU",
+                    name=self._maybe(str, self._cndev.cndevGetCardNameStringByDevId, handle)
+                    or "MLU",
                     memory_mib=memory_mib or 0,
                     cores=None,
                     driver_version=self._maybe(
-                        "cndevGetVersionInfo", handle, VERSION, convert=_driver_version
+                        _driver_version, self._cndev.cndevGetVersionInfo, handle, VERSION
                     )
                     or "",
                     runtime_version="",
-                    pci_bus_id=self._maybe("cndevGetPCIeInfoV2", handle, convert=_bus_id) or "",
+                    pci_bus_id=self._maybe(_bus_id, self._cndev.cndevGetPCIeInfoV2, handle) or "",
                     unhealthy=self._unhealthy(handle),
                 )
             )
@@ -145,7 +145,7 @@ class CambriconBackend(BindingBackend):
 
     def _unhealthy(self, handle: int) -> bool:
         """Only a health flag the library states as "in problem" marks the card; unread is not."""
-        state = self._maybe("cndevGetCardHealthState", handle, VERSION, convert=lambda s: s)
+        state = self._maybe(same, self._cndev.cndevGetCardHealthState, handle, VERSION)
         return state is not None and int(state.health) == CNDEV_HEALTH_STATE_DEVICE_IN_PROBLEM
 
     # -- sampling ----------------------------------------------------------------------------
@@ -155,7 +155,7 @@ class CambriconBackend(BindingBackend):
         samples: list[CardSample] = []
         for uuid, handle in self._detected.cards().items():
             total, used = 0, None
-            memory = self._maybe("cndevGetMemoryUsageV2", handle, convert=lambda m: m)
+            memory = self._maybe(same, self._cndev.cndevGetMemoryUsageV2, handle)
             if memory is not None:
                 total = _figure(memory.physicalMemoryTotal) or 0
                 used = _figure(memory.physicalMemoryUsed)
@@ -165,16 +165,16 @@ class CambriconBackend(BindingBackend):
                     memory_total_mib=total,
                     memory_used_mib=used,
                     cores_utilization_percent=self._maybe(
-                        "cndevGetDeviceUtilizationInfo",
+                        lambda u: _figure(u.averageCoreUtilization),
+                        self._cndev.cndevGetDeviceUtilizationInfo,
                         handle,
                         VERSION,
-                        convert=lambda u: _figure(u.averageCoreUtilization),
                     ),
                     temperature_celsius=self._maybe(
-                        "cndevGetTemperatureInfo", handle, VERSION, convert=lambda t: int(t.chip)
+                        lambda t: int(t.chip), self._cndev.cndevGetTemperatureInfo, handle, VERSION
                     ),
                     power_watts=self._maybe(
-                        "cndevGetDevicePowerInfo", handle, convert=_power_watts
+                        _power_watts, self._cndev.cndevGetDevicePowerInfo, handle
                     ),
                     unhealthy=self._unhealthy(handle),
                 )
@@ -192,7 +192,7 @@ class CambriconBackend(BindingBackend):
         memory_reason: QueryReason | None = None
         try:
             memory = {}
-            for info in self._call("cndevGetProcessInfo", handle, VERSION):
+            for info in self._call(self._cndev.cndevGetProcessInfo, handle, VERSION):
                 memory.setdefault(int(info.pid), int(info.physicalMemoryUsed) * KIB)
         except CndevCallError as failure:
             memory, memory_reason = None, failure.reason
@@ -200,7 +200,7 @@ class CambriconBackend(BindingBackend):
         cores_reason: QueryReason | None = None
         try:
             cores = {}
-            for util in self._call("cndevGetProcessUtilization", handle, VERSION):
+            for util in self._call(self._cndev.cndevGetProcessUtilization, handle, VERSION):
                 cores.setdefault(int(util.pid), int(util.ipuUtil))
         except CndevCallError as failure:
             cores, cores_reason = None, failure.reason
@@ -227,23 +227,23 @@ class CambriconBackend(BindingBackend):
     def close(self) -> None:
         """Release CNDev; errors here change nothing for the caller."""
         with contextlib.suppress(CndevCallError):
-            self._call("cndevRelease")
+            self._call(self._cndev.cndevRelease)
 
 
-def _figure(value: Any) -> int | None:
+def _figure(value: int) -> int | None:
     """A count the library reports signed; a negative one is a sentinel, not a measurement."""
     number = int(value)
     return None if number < 0 else number
 
 
-def _driver_version(info: Any) -> str:
+def _driver_version(info: cndevVersionInfo_t) -> str:
     return f"{info.driverMajorVersion}.{info.driverMinorVersion}.{info.driverBuildVersion}"
 
 
-def _bus_id(info: Any) -> str:
+def _bus_id(info: cndevPCIeInfoV2_t) -> str:
     return normalize_bus_id(f"{info.domain:04x}:{info.bus:02x}:{info.device:02x}.{info.function:x}")
 
 
-def _power_watts(info: Any) -> float | None:
+def _power_watts(info: cndevDevicePowerInfo_t) -> float | None:
     watts = _figure(info.usage)
     return None if watts is None else float(watts)

@@ -20,8 +20,7 @@ IXML is an NVML copy, so its cards are sampled and shut down by the NVIDIA backe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from gpustack_core.units import bytes_to_mib
 from gpustack_vendors.answers import (
@@ -39,6 +38,8 @@ from gpustack_vendors.iluvatar.ixml import (
     NVML_TEMPERATURE_GPU,
     NVML_VALUE_NOT_AVAILABLE_ULL,
     IXMLError,
+    c_nvmlPciInfo_t,
+    ixmlDevice_t,
 )
 from gpustack_vendors.iluvatar.surface import IxmlSurface
 from gpustack_vendors.model import (
@@ -48,6 +49,7 @@ from gpustack_vendors.model import (
     PartitionSample,
     ProcessRow,
 )
+from gpustack_vendors.nvidia.surface import NvmlMemory, NvmlUtilization
 from gpustack_vendors.nvml_shaped import (
     NvmlDialect,
     NvmlShapedBackend,
@@ -56,6 +58,7 @@ from gpustack_vendors.nvml_shaped import (
     sized_or_none,
 )
 from gpustack_vendors.pci import normalize_bus_id
+from gpustack_vendors.surfaces.nvml import NvmlCards
 
 MANUFACTURER = "iluvatar"
 
@@ -71,7 +74,7 @@ class IxmlCallError(NvmlShapedCallError):
     library = "IXML"
 
 
-class IluvatarBackend(NvmlShapedBackend[IxmlSurface]):
+class IluvatarBackend(NvmlShapedBackend[ixmlDevice_t]):
     """Answers the Device Manager's questions through an IXML binding it is handed."""
 
     manufacturer = MANUFACTURER
@@ -79,36 +82,38 @@ class IluvatarBackend(NvmlShapedBackend[IxmlSurface]):
     binding_error = IXMLError
 
     def __init__(self, ixml: IxmlSurface) -> None:
-        super().__init__(ixml, NvmlDialect(prefix="nvml", temperature_gpu=NVML_TEMPERATURE_GPU))
+        self._lib = ixml
+        super().__init__(_IxmlCards(ixml), NvmlDialect(temperature_gpu=NVML_TEMPERATURE_GPU))
         self._v1_only: set[str] = set()
-        self._call("nvmlInit_v2")
+        self._call(ixml.nvmlInit_v2)
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _memory(self, uuid: str, handle: Any) -> Any:
+    def _memory(self, uuid: str, handle: ixmlDevice_t) -> NvmlMemory:
         """The v2 answer, or v1's where this library has no v2 (remembered per card)."""
         if uuid not in self._v1_only:
             try:
-                return self._call("nvmlDeviceGetMemoryInfo_v2", handle)
+                return self._call(self._lib.nvmlDeviceGetMemoryInfo_v2, handle)
             except IxmlCallError as failure:
                 if failure.code not in _V1_FALLBACK:
                     raise
                 self._v1_only.add(uuid)
-        return self._call("nvmlDeviceGetMemoryInfo", handle)
+        return self._call(self._lib.nvmlDeviceGetMemoryInfo, handle)
 
     # -- detection ---------------------------------------------------------------------------
 
     def detect(self) -> Detection:
         """Enumerate cards; a card whose handle or UUID fails is skipped, noted."""
-        driver = self._maybe("nvmlSystemGetDriverVersion", convert=str) or ""
-        cuda = self._maybe("nvmlSystemGetCudaDriverVersion", convert=cuda_style_version) or ""
+        ixml = self._lib
+        driver = self._maybe(str, ixml.nvmlSystemGetDriverVersion) or ""
+        cuda = self._maybe(cuda_style_version, ixml.nvmlSystemGetCudaDriverVersion) or ""
         notes: list[str] = []
         devices: list[DeviceInfo] = []
-        cards: dict[str, Any] = {}
-        for index in range(int(self._call("nvmlDeviceGetCount_v2"))):
+        cards: dict[str, ixmlDevice_t] = {}
+        for index in range(int(self._call(ixml.nvmlDeviceGetCount_v2))):
             try:
-                handle = self._call("nvmlDeviceGetHandleByIndex_v2", index)
-                uuid = str(self._call("nvmlDeviceGetUUID", handle))
+                handle = self._call(ixml.nvmlDeviceGetHandleByIndex_v2, index)
+                uuid = str(self._call(ixml.nvmlDeviceGetUUID, handle))
             except IxmlCallError as failure:
                 notes.append(f"GPU {index}: no identity, skipped ({failure})")
                 continue
@@ -124,22 +129,21 @@ class IluvatarBackend(NvmlShapedBackend[IxmlSurface]):
                 DeviceInfo(
                     id=uuid,
                     index=index,
-                    name=self._maybe("nvmlDeviceGetName", handle, convert=str) or "Iluvatar GPU",
+                    name=self._maybe(str, ixml.nvmlDeviceGetName, handle) or "Iluvatar GPU",
                     memory_mib=memory_mib,
                     cores=None,
                     driver_version=driver,
                     runtime_version=cuda,
-                    pci_bus_id=self._maybe("nvmlDeviceGetPciInfo_v3", handle, convert=_bus_id)
-                    or "",
+                    pci_bus_id=self._maybe(_bus_id, ixml.nvmlDeviceGetPciInfo_v3, handle) or "",
                     unhealthy=unhealthy or self._health_bits(handle),
                 )
             )
         self._detected.remember(cards)
         return Detection(MANUFACTURER, tuple(devices), tuple(notes))
 
-    def _health_bits(self, handle: Any) -> bool:
+    def _health_bits(self, handle: ixmlDevice_t) -> bool:
         """Any ``IXML_HEALTH_*`` bit set; an unreadable mask marks nothing."""
-        mask = self._maybe("ixmlDeviceGetHealth", handle, convert=int)
+        mask = self._maybe(int, self._lib.ixmlDeviceGetHealth, handle)
         return mask is not None and mask != IXML_HEALTH_OK
 
     # -- processes ---------------------------------------------------------------------------
@@ -149,9 +153,9 @@ class IluvatarBackend(NvmlShapedBackend[IxmlSurface]):
         cards, _ = self._detected.both()
         return per_device(device_ids, cards, self._device_processes, unknown_memory_only)
 
-    def _device_processes(self, device_id: str, handle: Any) -> DeviceProcesses:
+    def _device_processes(self, device_id: str, handle: ixmlDevice_t) -> DeviceProcesses:
         try:
-            listed = self._call("nvmlDeviceGetComputeRunningProcesses", handle)
+            listed = self._call(self._lib.nvmlDeviceGetComputeRunningProcesses, handle)
         except IxmlCallError as failure:
             if failure.code != NVML_ERROR_NOT_FOUND:
                 return memory_only(device_id, memory_reason=failure.reason)
@@ -169,7 +173,36 @@ class IluvatarBackend(NvmlShapedBackend[IxmlSurface]):
         return unsupported_partitions(partition_ids)
 
 
-def _bus_id(info: Any) -> str:
-    bus_id = info.busId
-    text = bus_id.split(b"\0", 1)[0].decode() if isinstance(bus_id, bytes) else str(bus_id)
-    return normalize_bus_id(text)
+class _IxmlCards(NvmlCards[ixmlDevice_t]):
+    """NVML's card calls as IXML names them: each the binding's function, looked up when called.
+
+    ``device_get_memory_info`` is the v1 call; :meth:`IluvatarBackend._memory` asks ``_v2``
+    first and falls back to it.
+    """
+
+    def __init__(self, lib: IxmlSurface) -> None:
+        self._lib = lib
+
+    @property
+    def device_get_memory_info(self) -> Callable[[ixmlDevice_t], NvmlMemory]:
+        return self._lib.nvmlDeviceGetMemoryInfo
+
+    @property
+    def device_get_utilization_rates(self) -> Callable[[ixmlDevice_t], NvmlUtilization]:
+        return self._lib.nvmlDeviceGetUtilizationRates
+
+    @property
+    def device_get_temperature(self) -> Callable[[ixmlDevice_t, int], int]:
+        return self._lib.nvmlDeviceGetTemperature
+
+    @property
+    def device_get_power_usage(self) -> Callable[[ixmlDevice_t], int]:
+        return self._lib.nvmlDeviceGetPowerUsage
+
+    @property
+    def shutdown(self) -> Callable[[], None]:
+        return self._lib.nvmlShutdown
+
+
+def _bus_id(info: c_nvmlPciInfo_t) -> str:
+    return normalize_bus_id(info.busId.split(b"\0", 1)[0].decode())

@@ -24,7 +24,6 @@ it and read every card as idle). **Per-process compute** does not exist in MXSML
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from gpustack_core.reasons import QueryReason
 from gpustack_core.units import ceil_div
@@ -36,7 +35,7 @@ from gpustack_vendors.answers import (
     unknown_memory_only,
     unsupported_partitions,
 )
-from gpustack_vendors.calling import BindingBackend, CallError
+from gpustack_vendors.calling import BindingBackend, CallError, same
 from gpustack_vendors.detected import Detected
 from gpustack_vendors.metax.mxsml import (
     MAX_GPU_NUM_USED_BY_PROCESS,
@@ -51,6 +50,8 @@ from gpustack_vendors.metax.mxsml import (
     MXSML_VERSION_DRIVER,
     MXSML_VIRTUALIZATION_MODE_VF,
     MXSMLError,
+    mxSmlBoardWayElectricInfo_t,
+    mxSmlProcessInfo_v3_t,
 )
 from gpustack_vendors.metax.surface import MxsmlSurface
 from gpustack_vendors.model import (
@@ -96,12 +97,7 @@ class MetaxBackend(BindingBackend):
     def __init__(self, mxsml: MxsmlSurface) -> None:
         self._mxsml = mxsml
         self._detected: Detected[int, object] = Detected(self.detect)
-        self._call("mxSmlInit")
-
-    # -- plumbing -----------------------------------------------------------------------------
-
-    def _binding(self) -> MxsmlSurface:
-        return self._mxsml
+        self._call(self._mxsml.mxSmlInit)
 
     # -- detection ---------------------------------------------------------------------------
 
@@ -110,16 +106,16 @@ class MetaxBackend(BindingBackend):
         notes: list[str] = []
         devices: list[DeviceInfo] = []
         cards: dict[str, int] = {}
-        count = int(self._call("mxSmlGetDeviceCount"))
+        count = int(self._call(self._mxsml.mxSmlGetDeviceCount))
         driver = ""
         if count:
             driver = (
-                self._maybe("mxSmlGetDeviceVersion", 0, MXSML_VERSION_DRIVER, convert=str) or ""
+                self._maybe(str, self._mxsml.mxSmlGetDeviceVersion, 0, MXSML_VERSION_DRIVER) or ""
             )
-        maca = self._maybe("mxSmlGetMacaVersion", convert=str) or ""
+        maca = self._maybe(str, self._mxsml.mxSmlGetMacaVersion) or ""
         for index in range(count):
             try:
-                info = self._call("mxSmlGetDeviceInfo", index)
+                info = self._call(self._mxsml.mxSmlGetDeviceInfo, index)
             except MxsmlCallError as failure:
                 notes.append(f"device {index}: no identity, skipped ({failure})")
                 continue
@@ -128,7 +124,7 @@ class MetaxBackend(BindingBackend):
             uuid = c_text(info.uuid)
             memory_mib = 0
             try:
-                memory_mib = _mib(self._call("mxSmlGetMemoryInfo", index).vramTotal) or 0
+                memory_mib = _mib(self._call(self._mxsml.mxSmlGetMemoryInfo, index).vramTotal) or 0
             except MxsmlCallError as failure:
                 notes.append(f"{uuid}: memory unreadable ({failure})")
             cards[uuid] = index
@@ -155,7 +151,7 @@ class MetaxBackend(BindingBackend):
         samples: list[CardSample] = []
         for uuid, index in self._detected.cards().items():
             total, used = 0, None
-            memory = self._maybe("mxSmlGetMemoryInfo", index, convert=lambda m: m)
+            memory = self._maybe(same, self._mxsml.mxSmlGetMemoryInfo, index)
             if memory is not None:
                 total = _mib(memory.vramTotal) or 0
                 used = _mib(memory.vramUse)
@@ -165,15 +161,17 @@ class MetaxBackend(BindingBackend):
                     memory_total_mib=total,
                     memory_used_mib=used,
                     cores_utilization_percent=self._maybe(
-                        "mxSmlGetDeviceIpUsage", index, MXSML_USAGE_XCORE, convert=_percent
+                        _percent, self._mxsml.mxSmlGetDeviceIpUsage, index, MXSML_USAGE_XCORE
                     ),
                     temperature_celsius=self._maybe(
-                        "mxSmlGetTemperatureInfo",
+                        lambda raw: int(raw) // HOTSPOT_SCALE,
+                        self._mxsml.mxSmlGetTemperatureInfo,
                         index,
                         MXSML_TEMPERATURE_HOTSPOT,
-                        convert=lambda raw: int(raw) // HOTSPOT_SCALE,
                     ),
-                    power_watts=self._maybe("mxSmlGetBoardPowerInfo", index, convert=_power_watts),
+                    power_watts=self._maybe(
+                        _power_watts, self._mxsml.mxSmlGetBoardPowerInfo, index
+                    ),
                     unhealthy=False,
                 )
             )
@@ -189,7 +187,7 @@ class MetaxBackend(BindingBackend):
 
     def _device_processes(self, device_id: str, index: int) -> DeviceProcesses:
         try:
-            listed = self._call("mxSmlGetSingleGpuProcess_v3", index)
+            listed = self._call(self._mxsml.mxSmlGetSingleGpuProcess_v3, index)
         except MxsmlCallError as failure:
             return memory_only(device_id, memory_reason=failure.reason)
         return memory_only(device_id, _rows_for(index, listed))
@@ -204,7 +202,7 @@ class MetaxBackend(BindingBackend):
         """Nothing to release: MXSML's header declares no shutdown (``pymxsml``'s touches no C)."""
 
 
-def _rows_for(index: int, listed: Sequence[Any]) -> tuple[ProcessRow, ...]:
+def _rows_for(index: int, listed: Sequence[mxSmlProcessInfo_v3_t]) -> tuple[ProcessRow, ...]:
     """Each process's entry for the device at ``index``; a process without one is not listed."""
     rows: dict[int, ProcessRow] = {}
     for process in listed:
@@ -218,18 +216,18 @@ def _rows_for(index: int, listed: Sequence[Any]) -> tuple[ProcessRow, ...]:
     return tuple(rows.values())
 
 
-def _mib(kib: Any) -> int | None:
+def _mib(kib: int) -> int | None:
     """KiB → MiB rounded up; a negative ``long`` is no measurement."""
     number = int(kib)
     return None if number < 0 else ceil_div(number, KIB_PER_MIB)
 
 
-def _percent(value: Any) -> int | None:
+def _percent(value: int) -> int | None:
     number = int(value)
     return None if number < 0 else number
 
 
-def _power_watts(rails: Sequence[Any]) -> float | None:
+def _power_watts(rails: Sequence[mxSmlBoardWayElectricInfo_t]) -> float | None:
     """The sum of every rail, mW → W; a board reporting no rails has no figure."""
     if not rails:
         return None

@@ -20,15 +20,22 @@ measured 0 %, not an absence.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
+from gpustack_vendors.nvidia.surface import (
+    NvmlMemory,
+    NvmlPciInfo,
+    NvmlProcessInfo,
+    NvmlProcessUtilizationSample,
+    NvmlUtilization,
+)
 from gpustack_vendors.nvml_shaped import (
     MigDialect,
     NvmlMigBackend,
     NvmlShapedCallError,
     sized_or_none,
 )
+from gpustack_vendors.surfaces.nvml import NvmlMig
 from gpustack_vendors.thead import hgml as h
 from gpustack_vendors.thead.hgml import HGMLError
 from gpustack_vendors.thead.surface import HgmlSurface
@@ -38,18 +45,23 @@ MANUFACTURER = "thead"
 _VERSIONED_REFUSED = frozenset({h.HGML_ERROR_NOT_SUPPORTED, h.HGML_ERROR_FUNCTION_NOT_FOUND})
 """Answers of the versioned process-utilization call that mean "ask the plain one"."""
 
+
+def _bus_id(info: NvmlPciInfo) -> str:
+    """The bus id text HGML reports (``00000000:05:00.0``; ``hgmlPciInfo_t.busId`` is bytes)."""
+    bus_id = info.busId
+    return bus_id.decode("ascii", errors="replace") if isinstance(bus_id, bytes) else bus_id
+
+
 HGML = MigDialect(
-    prefix="hgml",
     temperature_gpu=h.HGML_TEMPERATURE_GPU,
     not_found=h.HGML_ERROR_NOT_FOUND,
     mig_enabled=h.HGML_DEVICE_MIG_ENABLE,
-    runtime_version_fn="hgmlSystemGetHggcDriverVersion",  # HGGC's, encoded as CUDA's
-    bus_id=h.bus_id,
+    bus_id=_bus_id,
     process_memory=lambda proc: sized_or_none(
         proc.usedGpuMemory, h.HGML_VALUE_NOT_AVAILABLE_ULONGLONG
     ),
 )
-"""How HGML spells NVML: its own prefix and constants, HGGC's version where NVML has CUDA's."""
+"""How HGML's answers read: its own constants and its raw not-available sentinel."""
 
 
 class HgmlCallError(NvmlShapedCallError):
@@ -63,7 +75,7 @@ class HgmlCallError(NvmlShapedCallError):
         return f" ({h.status_name(code)})"
 
 
-class TheadBackend(NvmlMigBackend[HgmlSurface]):
+class TheadBackend(NvmlMigBackend[object]):
     """Answers the Device Manager's questions through an HGML binding it is handed."""
 
     manufacturer = MANUFACTURER
@@ -71,19 +83,111 @@ class TheadBackend(NvmlMigBackend[HgmlSurface]):
     binding_error = HGMLError
 
     def __init__(self, hgml: HgmlSurface) -> None:
-        super().__init__(hgml, HGML)
-        self._call("hgmlInit")
+        self._lib = hgml
+        super().__init__(_Hgml(hgml), HGML)
+        self._call(hgml.hgmlInit)
 
-    def _mig_identity(self, mig: Any) -> tuple[str, str]:
+    def _mig_identity(self, mig: object) -> tuple[str, str]:
         """A partition's UUID and name, read on its own handle (the UUID first)."""
-        uuid = str(self._call("hgmlDeviceGetUUID", mig))
-        return uuid, str(self._call("hgmlDeviceGetName", mig))
+        uuid = str(self._call(self._lib.hgmlDeviceGetUUID, mig))
+        return uuid, str(self._call(self._lib.hgmlDeviceGetName, mig))
 
-    def _utilization(self, handle: Any) -> Sequence[Any]:
+    def _utilization(self, handle: object) -> Sequence[NvmlProcessUtilizationSample]:
         """The versioned call, or the plain one when the versioned entry point refuses."""
         try:
-            return list(self._call("hgmlDeviceGetProcessesUtilizationInfo", handle, 0))
+            return list(self._call(self._lib.hgmlDeviceGetProcessesUtilizationInfo, handle, 0))
         except HgmlCallError as failure:
             if failure.code not in _VERSIONED_REFUSED:
                 raise
-        return list(self._call("hgmlDeviceGetProcessUtilization", handle, 0))
+        return list(self._call(self._lib.hgmlDeviceGetProcessUtilization, handle, 0))
+
+
+class _Hgml(NvmlMig[object]):
+    """NVML's calls as HGML names them: each the binding's function, looked up when called.
+
+    The runtime version is HGGC's (``hgmlSystemGetHggcDriverVersion``, encoded as CUDA's); HGML
+    has no compute capability.
+    """
+
+    def __init__(self, lib: HgmlSurface) -> None:
+        self._lib = lib
+
+    @property
+    def device_get_memory_info(self) -> Callable[[object], NvmlMemory]:
+        return self._lib.hgmlDeviceGetMemoryInfo
+
+    @property
+    def device_get_utilization_rates(self) -> Callable[[object], NvmlUtilization]:
+        return self._lib.hgmlDeviceGetUtilizationRates
+
+    @property
+    def device_get_temperature(self) -> Callable[[object, int], int]:
+        return self._lib.hgmlDeviceGetTemperature
+
+    @property
+    def device_get_power_usage(self) -> Callable[[object], int]:
+        return self._lib.hgmlDeviceGetPowerUsage
+
+    @property
+    def shutdown(self) -> Callable[[], None]:
+        return self._lib.hgmlShutdown
+
+    @property
+    def system_get_driver_version(self) -> Callable[[], str]:
+        return self._lib.hgmlSystemGetDriverVersion
+
+    @property
+    def system_get_runtime_version(self) -> Callable[[], int]:
+        return self._lib.hgmlSystemGetHggcDriverVersion
+
+    @property
+    def device_get_count(self) -> Callable[[], int]:
+        return self._lib.hgmlDeviceGetCount
+
+    @property
+    def device_get_handle_by_index(self) -> Callable[[int], object]:
+        return self._lib.hgmlDeviceGetHandleByIndex
+
+    @property
+    def device_get_uuid(self) -> Callable[[object], str]:
+        return self._lib.hgmlDeviceGetUUID
+
+    @property
+    def device_get_name(self) -> Callable[[object], str]:
+        return self._lib.hgmlDeviceGetName
+
+    @property
+    def device_get_num_gpu_cores(self) -> Callable[[object], int]:
+        return self._lib.hgmlDeviceGetNumGpuCores
+
+    @property
+    def device_get_pci_info(self) -> Callable[[object], NvmlPciInfo]:
+        return self._lib.hgmlDeviceGetPciInfo
+
+    @property
+    def device_get_compute_capability(self) -> None:
+        return None
+
+    @property
+    def device_get_mig_mode(self) -> Callable[[object], Sequence[int]]:
+        return self._lib.hgmlDeviceGetMigMode
+
+    @property
+    def device_get_max_mig_device_count(self) -> Callable[[object], int]:
+        return self._lib.hgmlDeviceGetMaxMigDeviceCount
+
+    @property
+    def device_get_mig_device_handle_by_index(self) -> Callable[[object, int], object]:
+        return self._lib.hgmlDeviceGetMigDeviceHandleByIndex
+
+    @property
+    def device_get_compute_running_processes(
+        self,
+    ) -> Callable[[object], Sequence[NvmlProcessInfo]]:
+        return self._lib.hgmlDeviceGetComputeRunningProcesses
+
+    @property
+    def device_get_process_utilization(
+        self,
+    ) -> Callable[[object, int], Sequence[NvmlProcessUtilizationSample]]:
+        return self._lib.hgmlDeviceGetProcessUtilization

@@ -519,11 +519,6 @@ def _copied(buffer: ctypes.Array[Any], written: int, capacity: int, symbol: str)
     return [row_type.from_buffer_copy(buffer[i]) for i in range(written)]
 
 
-def bus_id(info: hgmlPciInfo_t) -> str:
-    """The bus id text HGML reports (``00000000:05:00.0``)."""
-    return info.busId.decode("ascii", errors="replace")
-
-
 # -- loading ---------------------------------------------------------------------------------------
 
 LIBRARY_NAME: Final = "libhgml.so"
