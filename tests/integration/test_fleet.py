@@ -21,7 +21,7 @@ from gpustack_simulator.fleet_host import FleetSpec, Member
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.scenario import RECORDINGS_DIR, expand, parse_scenario
 from gpustack_simulator.testing import cluster_standin
-from gpustack_simulator.up import FLEET_PUBLISH_LIMIT, free_port, loopback_address, serves_plugins
+from gpustack_simulator.up import FLEET_PLUGIN_LIMIT, free_port, loopback_address, serves_plugins
 
 H100 = "nvidia/h100-8x.yaml"
 
@@ -168,9 +168,9 @@ def test_a_member_is_a_device_plugin_only_with_its_nodes_kubelet_sockets() -> No
 
 def test_plugins_run_in_one_process_up_to_the_publishing_limit() -> None:
     assert serves_plugins(13, fleet=True)
-    assert serves_plugins(FLEET_PUBLISH_LIMIT, fleet=True)
-    assert not serves_plugins(FLEET_PUBLISH_LIMIT + 1, fleet=True)
-    assert serves_plugins(FLEET_PUBLISH_LIMIT + 1, fleet=False)  # a process each: always
+    assert serves_plugins(FLEET_PLUGIN_LIMIT, fleet=True)
+    assert not serves_plugins(FLEET_PLUGIN_LIMIT + 1, fleet=True)
+    assert serves_plugins(FLEET_PLUGIN_LIMIT + 1, fleet=False)  # a process each: always
 
 
 def test_every_member_gets_its_own_loopback_address() -> None:
