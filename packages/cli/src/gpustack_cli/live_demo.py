@@ -157,6 +157,31 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _settled_shape(reader: Reader) -> tuple[int, ...] | None:
+    """Accelerator entries per Instance; ``None`` while any answers otherwise or has none known."""
+    rows, problems = reader.rows()
+    if problems or any(r.metrics.sample.accelerators is None for r in rows):
+        return None
+    return tuple(len(r.metrics.sample.accelerators or ()) for r in rows)
+
+
+def _wait_settled(reader: Reader, deadline: float) -> None:
+    """Until every Instance answers and two reads 0.5 s apart agree on its accelerators.
+
+    ``up`` returns as soon as every daemon serves; in the demo's first second a worker read
+    can still meet a Device Manager whose first snapshot is being fetched. The first screen
+    (the only one with ``--once``) should show the settled system; after the deadline it shows
+    whatever answers, problems included.
+    """
+    previous = _settled_shape(reader)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        current = _settled_shape(reader)
+        if current is not None and current == previous:
+            return
+        previous = current
+
+
 def _run(console: Console, state_dir: Path, *, once: bool, scenario: str) -> int:
     console.print(f"starting the stand-in, the Device Managers and the worker ({scenario}) …")
     started = time.monotonic()
@@ -177,6 +202,7 @@ def _run(console: Console, state_dir: Path, *, once: bool, scenario: str) -> int
         deadline = time.monotonic() + 30
         while len(reader.excerpt()) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)  # the exporter publishes after its first round
+        _wait_settled(reader, min(deadline, time.monotonic() + 20))
         while True:
             show(console, reader, state_dir.resolve(), once=once)
             if once:
