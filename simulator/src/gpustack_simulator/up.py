@@ -576,10 +576,12 @@ def _start_device_managers(
     kubeconfig: Path,
     monitor_period: str,
     started: list[_Started],
+    kubelets: Path | None,
 ) -> list[DeviceManagerEndpoint]:
     """One ``device-manager serve --simulate`` per scenario Device Manager, on its address.
 
-    Each is its node's device plugin, registered with the node's fake kubelet in the stand-in.
+    With ``kubelets`` (the fake kubelets' root), each is its node's device plugin, registered
+    with the node's fake kubelet in the stand-in.
     """
     logs = state_dir / "logs"
     managers: list[DeviceManagerEndpoint] = []
@@ -598,7 +600,7 @@ def _start_device_managers(
                     address=address,
                     port=dm_port,
                     monitor_period=monitor_period,
-                    kubelets=kubelet_root(state_dir),
+                    kubelets=kubelets,
                 ),
                 logs,
                 env={"KUBERNETES_NODE_NAME": dm.node},
@@ -628,15 +630,15 @@ def _start_fleet(
     kubeconfig: Path,
     monitor_period: str,
     started: list[_Started],
+    kubelets: Path | None,
 ) -> list[DeviceManagerEndpoint]:
     """Every scenario Device Manager in one fleet-host process (gpustack_cli.fleet_host).
 
     The members are the same daemon with the same flags as the one-process-each path; only
     the interpreter, the imports and the parsed recordings are shared, so a thousand nodes fit.
-    Up to :data:`FLEET_PLUGIN_LIMIT` members each is its node's device plugin, as in the
-    one-process-each path; beyond, none is (see :func:`serves_plugins`).
+    With ``kubelets`` (up to :data:`FLEET_PLUGIN_LIMIT` members, see :func:`serves_plugins`),
+    each member is its node's device plugin, as in the one-process-each path.
     """
-    kubelets = kubelet_root(state_dir) if serves_plugins(len(addresses), fleet=True) else None
     members: list[Member] = []
     managers: list[DeviceManagerEndpoint] = []
     for dm, address in zip(expanded.device_managers, addresses, strict=True):
@@ -840,7 +842,7 @@ def up(
 
         start_managers = _start_fleet if fleet else _start_device_managers
         managers = start_managers(
-            expanded, addresses, dm_port, state_dir, kubeconfig, monitor_period, started
+            expanded, addresses, dm_port, state_dir, kubeconfig, monitor_period, started, kubelets
         )
         worker = _start_worker(kubeconfig, worker_port, worker_tls, monitor_period, logs)
         started.append(worker)
