@@ -27,7 +27,6 @@ from typing import Any
 from urllib.parse import unquote
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from OpenSSL import crypto
 
@@ -297,10 +296,10 @@ class _Verifier:
     """Distinct verified chains remembered; the aggregator presents one, a few clients more."""
 
     def __init__(self, key: str, pem: bytes) -> None:
-        self._verified: dict[bytes, datetime] = {}
-        """Chain fingerprint → when its earliest certificate expires. A verifier lives as long
-        as its CA bundle (a changed bundle builds a new one), so a remembered verdict is
-        always one this bundle gave."""
+        self._verified: dict[tuple[bytes, ...], datetime] = {}
+        """Presented chain (DER, leaf first) → when its earliest certificate expires. A
+        verifier lives as long as its CA bundle (a changed bundle builds a new one), so a
+        remembered verdict is always one this bundle gave."""
         self._store = crypto.X509Store()
         # dict.fromkeys: bundles merged from several API servers repeat their CAs.
         for certificate in dict.fromkeys(_require_certificates(key, pem)):
@@ -308,23 +307,27 @@ class _Verifier:
         # Go trusts every certificate in its root pool, intermediates included.
         self._store.set_flags(crypto.X509StoreFlags.PARTIAL_CHAIN)
 
-    def verify(self, leaf: x509.Certificate, intermediates: Sequence[x509.Certificate]) -> None:
+    def verify(
+        self,
+        leaf: x509.Certificate,
+        intermediates: Sequence[x509.Certificate],
+        presented: tuple[bytes, ...],
+    ) -> None:
         """Verify the chain, or find it verified before and not expired since.
 
         The aggregator presents the same front-proxy chain on every request; verifying it
         each time was a noticeable share of a request's CPU. A success is remembered by the
-        SHA-256 of every certificate presented, until the earliest ``notAfter`` of the
-        verified chain; a failure is never remembered.
+        exact DER bytes of every certificate presented (``presented``, leaf first), until the
+        earliest ``notAfter`` of the verified chain; a failure is never remembered.
         """
-        fingerprint = b"".join(c.fingerprint(hashes.SHA256()) for c in (leaf, *intermediates))
         now = datetime.now(UTC)
-        until = self._verified.get(fingerprint)
+        until = self._verified.get(presented)
         if until is not None and now < until:
             return
         chain = self._verify(leaf, intermediates)
         if len(self._verified) >= self.CACHE_LIMIT:
             self._verified.clear()
-        self._verified[fingerprint] = min(c.not_valid_after_utc for c in chain)
+        self._verified[presented] = min(c.not_valid_after_utc for c in chain)
 
     def _verify(
         self, leaf: x509.Certificate, intermediates: Sequence[x509.Certificate]
@@ -393,6 +396,23 @@ def _common_name(certificate: x509.Certificate) -> str:
     return names[-1] if names else ""
 
 
+@dataclass
+class _Presented:
+    """One presented chain, parsed: its DER (the cache key), leaf, intermediates and CN."""
+
+    der: tuple[bytes, ...]
+    leaf: x509.Certificate
+    intermediates: tuple[x509.Certificate, ...]
+    _common_name: str | None = None
+
+    @property
+    def common_name(self) -> str:
+        """The leaf's CN (``_common_name``), read once per chain."""
+        if self._common_name is None:
+            self._common_name = _common_name(self.leaf)
+        return self._common_name
+
+
 class _Headers:
     """Request headers by lower-cased name, repeated values in arrival order."""
 
@@ -430,6 +450,11 @@ class Authenticator:
         self._clients = (
             None if settings.client_ca is None else _Verifier(CLIENT_CA, settings.client_ca)
         )
+        self._parsed: dict[tuple[bytes, ...], _Presented] = {}
+        """Presented chain (DER bytes) → its parsed certificates; a connection presents one
+        chain for all its requests, so each request re-parsed the same bytes. Parsing
+        decides nothing: every request still has the chain verified (or its verdict looked
+        up by these same bytes) and its headers read."""
 
     async def authenticate(
         self, chain: Sequence[bytes], headers: Sequence[tuple[str, str]]
@@ -469,22 +494,34 @@ class Authenticator:
             reasons.append(missing)
         raise Unauthenticated("; ".join(reasons))
 
-    def _certificate(self, der_chain: Sequence[bytes], fields: _Headers) -> UserInfo:
+    def _presented(self, der_chain: Sequence[bytes]) -> _Presented:
+        key = tuple(der_chain)
+        presented = self._parsed.get(key)
+        if presented is not None:
+            return presented
         try:
-            certificates = [x509.load_der_x509_certificate(der) for der in der_chain]
+            certificates = [x509.load_der_x509_certificate(der) for der in key]
         except ValueError as exc:
             raise _Rejected(f"x509: malformed client certificate: {exc}", anchored=False) from exc
-        leaf, intermediates = certificates[0], certificates[1:]
+        presented = _Presented(key, certificates[0], tuple(certificates[1:]))
+        if len(self._parsed) >= _Verifier.CACHE_LIMIT:
+            self._parsed.clear()
+        self._parsed[key] = presented
+        return presented
+
+    def _certificate(self, der_chain: Sequence[bytes], fields: _Headers) -> UserInfo:
+        presented = self._presented(der_chain)
+        leaf, intermediates = presented.leaf, presented.intermediates
         failures: list[_Rejected] = []
         if self._front_proxy is not None and self.settings.requestheader is not None:
             try:
-                self._front_proxy.verify(leaf, intermediates)
-                return _from_headers(self.settings.requestheader, leaf, fields)
+                self._front_proxy.verify(leaf, intermediates, presented.der)
+                return _from_headers(self.settings.requestheader, presented, fields)
             except _Rejected as exc:
                 failures.append(exc)
         if self._clients is not None:
             try:
-                self._clients.verify(leaf, intermediates)
+                self._clients.verify(leaf, intermediates, presented.der)
                 return _from_certificate(leaf)
             except _Rejected as exc:
                 failures.append(exc)
@@ -500,10 +537,10 @@ class Authenticator:
 
 
 def _from_headers(
-    settings: RequestHeaderSettings, leaf: x509.Certificate, fields: _Headers
+    settings: RequestHeaderSettings, presented: _Presented, fields: _Headers
 ) -> UserInfo:
     """The user the front proxy vouches for, once its certificate has verified."""
-    cn = _common_name(leaf)
+    cn = presented.common_name
     if settings.allowed_names and cn not in settings.allowed_names:
         raise _Rejected(
             f"client certificate CN {json.dumps(cn)} is not in the allowed names "
