@@ -26,7 +26,7 @@ from hypercorn.typing import ConnectionState, LifespanState
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from gpustack_worker.tls import TLSStream
+from gpustack_worker.tls import IdleTimer, TLSStream
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -135,3 +135,20 @@ def test_the_settings_and_worker_context_it_reads_still_exist() -> None:
     assert inspect.iscoroutinefunction(context.terminated.wait)
     for method in ("handle_lifespan", "wait_for_startup", "wait_for_shutdown"):
         assert inspect.iscoroutinefunction(getattr(Lifespan, method)), method
+
+
+def test_the_idle_timer_it_replaces_is_used_as_the_worker_s_idle_timer_is() -> None:
+    """``tls._handle`` swaps ``TCPServer.idle_task`` for an ``IdleTimer``: the two calls on it,
+    the close it triggers and the shutdown event it watches must stay where they are."""
+    assert _self_attributes(TCPServer, "idle_task") == {"restart", "stop"}
+    source = inspect.getsource(TCPServer)
+    assert "self.idle_task = TrioSingleTask()" in source
+    assert "self.idle_task.restart(self._task_group, self._idle_timeout)" in source
+    assert inspect.iscoroutinefunction(TCPServer._initiate_server_close)
+    idle = inspect.getsource(TCPServer._idle_timeout)
+    assert "self.config.keep_alive_timeout" in idle
+    assert "self.context.terminated.wait()" in idle
+    assert "self._initiate_server_close()" in idle
+    assert callable(WorkerContext(None).terminated.is_set)
+    for method in ("restart", "stop"):
+        assert inspect.iscoroutinefunction(getattr(IdleTimer, method)), method

@@ -98,18 +98,35 @@ class TLSStream(trio.abc.Stream):
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    async def _flush(self) -> None:
-        async with self._write_lock:
+    async def _flush(self) -> bool:
+        """Send what OpenSSL has written; whether anything was (then a checkpoint was too).
+
+        Ciphertext is taken from OpenSSL in order and sent under the write lock, so a task
+        that took a later chunk waits behind the task sending an earlier one. A task that
+        finds nothing to send returns at once: what it wrote was taken, and is being sent,
+        by the task holding the lock. The locks are taken without a checkpoint when free
+        (the socket operation under them is one); each costs as much as a small send.
+        """
+        try:
+            data = self._connection.bio_read(RECEIVE_SIZE)
+        except SSL.WantReadError:
+            return False
+        await _acquire(self._write_lock)
+        try:
             while True:
+                await self.transport_stream.send_all(data)
                 try:
                     data = self._connection.bio_read(RECEIVE_SIZE)
                 except SSL.WantReadError:
-                    return
-                await self.transport_stream.send_all(data)
+                    return True
+        finally:
+            self._write_lock.release()
 
     async def _fill(self, seen: int) -> None:
-        async with self._read_lock:
+        await _acquire(self._read_lock)
+        try:
             if self._arrivals != seen:
+                await trio.lowlevel.checkpoint()
                 return  # someone else read meanwhile: retry with what they brought
             data = await self.transport_stream.receive_some(RECEIVE_SIZE)
             self._arrivals += 1
@@ -118,8 +135,11 @@ class TLSStream(trio.abc.Stream):
             else:
                 self._eof = True
                 self._connection.bio_shutdown()
+        finally:
+            self._read_lock.release()
 
     async def _drive(self, operation: Callable[[], Any]) -> Any:
+        waited = False
         while True:
             seen = self._arrivals
             try:
@@ -129,13 +149,15 @@ class TLSStream(trio.abc.Stream):
                 if self._eof:
                     raise trio.BrokenResourceError("the peer closed during TLS") from None
                 await self._fill(seen)
+                waited = True
                 continue
             except SSL.ZeroReturnError:
                 await self._flush()
                 raise
             except SSL.Error as exc:
                 raise trio.BrokenResourceError(f"TLS: {exc}") from exc
-            await self._flush()
+            if not await self._flush() and not waited:
+                await trio.lowlevel.checkpoint()  # a trio stream operation always is one
             return result
 
     # -- the Stream interface hypercorn uses --------------------------------------------------
@@ -159,7 +181,10 @@ class TLSStream(trio.abc.Stream):
         return data
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        """Encrypt and send all of ``data``."""
+        """Encrypt and send all of ``data`` (hypercorn sends an empty chunk per response)."""
+        if not data:
+            await trio.lowlevel.checkpoint()
+            return
         await self._drive(partial(self._connection.sendall, bytes(data)))
 
     async def wait_send_all_might_not_block(self) -> None:
@@ -174,6 +199,8 @@ class TLSStream(trio.abc.Stream):
                 if not self._eof:
                     self._connection.shutdown()
                     await self._flush()
+                async with self._write_lock:  # a send still under way (close_notify too) ends
+                    pass
         except (SSL.Error, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         finally:
@@ -201,6 +228,14 @@ class TLSStream(trio.abc.Stream):
         return str(self._connection.get_protocol_version_name())
 
 
+async def _acquire(lock: trio.Lock) -> None:
+    """Take ``lock``: at once when it is free, else waiting in line."""
+    try:
+        lock.acquire_nowait()
+    except trio.WouldBlock:
+        await lock.acquire()
+
+
 # -- the ASGI side --------------------------------------------------------------------------
 
 
@@ -225,6 +260,61 @@ def _with_tls(app: ASGIFramework, extension: dict[str, Any]) -> ASGIFramework:
         await app(scope, receive, send)
 
     return wrapped
+
+
+SHUTDOWN_POLL = 0.05
+"""Seconds between looks at a busy connection once the server is shutting down."""
+
+
+class IdleTimer:
+    """hypercorn's keep-alive timer of one connection, one task for its lifetime.
+
+    ``TCPServer`` stops its timer when a request arrives and, once the answer is sent, starts
+    it again as a new task (``TrioSingleTask``): a task spawned and cancelled per request,
+    with a lock around each. This has the same two methods and the same effect — a
+    connection idle for ``timeout`` seconds, or idle while the server shuts down, is closed
+    by ``close`` (hypercorn's own) — with one task that sleeps until that can be due.
+    """
+
+    def __init__(
+        self,
+        timeout: float,
+        terminated: Any,
+        close: Callable[[], Any],
+    ) -> None:
+        self.timeout = timeout
+        self.terminated = terminated
+        self.close = close
+        self.idle_since: float | None = None
+        """When the connection last fell idle; ``None`` while a request is in progress."""
+        self._watching = False
+
+    async def restart(self, task_group: Any, action: Any) -> None:
+        """The connection is idle from now (``action`` is the timer hypercorn would start)."""
+        self.idle_since = trio.current_time()
+        if not self._watching:
+            self._watching = True
+            task_group._nursery.start_soon(self._watch)
+
+    async def stop(self) -> None:
+        """A request is in progress: no idle time counts until the next ``restart``."""
+        self.idle_since = None
+
+    async def _watch(self) -> None:
+        while True:
+            since = self.idle_since
+            shutting_down = self.terminated.is_set()
+            now = trio.current_time()
+            if since is not None and (shutting_down or now - since >= self.timeout):
+                break
+            if shutting_down:
+                await trio.sleep(SHUTDOWN_POLL)  # busy: close it once its answer is out
+                continue
+            wait = self.timeout if since is None else self.timeout - (now - since)
+            with trio.move_on_after(wait):
+                await self.terminated.wait()
+        with trio.CancelScope(shield=True):
+            await self.close()
 
 
 @dataclass
@@ -254,6 +344,9 @@ async def _handle(
     holder.connections += 1
     per_connection = ASGIWrapper(_with_tls(app, tls_extension(stream)))
     server = TCPServer(per_connection, config, worker, ConnectionState(state.copy()), stream)  # type: ignore[arg-type]
+    server.idle_task = IdleTimer(  # type: ignore[assignment]
+        config.keep_alive_timeout, worker.terminated, server._initiate_server_close
+    )
     await server.run()
 
 
