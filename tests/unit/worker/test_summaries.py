@@ -157,3 +157,48 @@ async def test_a_pod_started_after_the_cached_read_costs_one_more_read() -> None
         await cache.get("n", newer_than=datetime.now(UTC) - timedelta(seconds=1))
         assert kubelets.reads == {"n": 3}, "a read that began after the start answers it"
         background.cancel_scope.cancel()
+
+
+async def test_a_read_near_the_bound_reads_ahead_without_waiting(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A node read continuously is never found expired: nobody waits on its kubelet."""
+    kubelets = Kubelets()
+    async with trio.open_nursery() as background:
+        cache = SummaryCache(kubelets.read, background, max_age=15, refresh_ahead=2)
+        first = await cache.get("n1")
+        await trio.sleep(12)
+        assert await cache.get("n1") is first  # not yet in the last two seconds: no read
+        assert kubelets.reads["n1"] == 1
+        await trio.sleep(1.5)  # 13.5 s old: this read starts the next one and does not wait
+        started = trio.current_time()
+        assert await cache.get("n1") is first
+        assert trio.current_time() == started
+        await trio.sleep(kubelets.delay + 0.1)
+        assert kubelets.reads["n1"] == 2
+        second = await cache.get("n1")
+        assert second is not first
+        await trio.sleep(3)  # the old summary's bound passed long ago: still no wait
+        started = trio.current_time()
+        assert await cache.get("n1") is second
+        assert trio.current_time() == started
+        background.cancel_scope.cancel()
+
+
+async def test_a_failed_read_ahead_is_not_retried_for_the_same_summary(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    kubelets = Kubelets()
+    async with trio.open_nursery() as background:
+        cache = SummaryCache(kubelets.read, background, max_age=15, refresh_ahead=2)
+        first = await cache.get("n1")
+        kubelets.fail = True
+        await trio.sleep(14)
+        for _ in range(20):
+            assert await cache.get("n1") is first
+            await trio.sleep(0.04)
+        assert kubelets.reads["n1"] == 2  # one read ahead, failed; not one per caller
+        await trio.sleep(1)  # past the bound: the next caller reads (and fails) on demand
+        with pytest.raises(ConnectionError):
+            await cache.get("n1")
+        background.cancel_scope.cancel()
