@@ -9,11 +9,14 @@ stay exact while cached: a recreated Instance reads zeros, never its predecessor
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 from dm_stack import Stack, open_stack
@@ -23,7 +26,7 @@ from gpustack_kube.client import KubeClient
 from gpustack_kube.config import load_config
 from gpustack_kube.paths import INSTANCES
 from gpustack_simulator.cluster.app import Caller, Routes
-from gpustack_worker.subresource import Sources, instance_metrics
+from gpustack_worker.subresource import Sources, instance_metrics, instance_metrics_json
 from gpustack_worker.summaries import SummaryCache
 from gpustack_worker.views import Views
 
@@ -140,3 +143,51 @@ async def test_an_instance_created_a_moment_ago_is_read_through(warm: Warm) -> N
     await warm.admin.create(INSTANCES.path("team-a"), body)
     sample = (await instance_metrics(warm.sources, "team-a", "fresh-one")).sample
     assert sample.cpu_used_milli_cores == 0  # found (no 404) and, with no Pod, zeros
+
+
+# --- the answer reused while its inputs are the same objects ------------------------------------
+
+
+async def test_a_repeated_read_sends_the_same_answer_computed_once(warm: Warm) -> None:
+    await warm.stack.next_tick()
+    first = await instance_metrics_json(warm.sources, "team-a", "llama-70b")
+    again = await instance_metrics_json(warm.sources, "team-a", "llama-70b")
+    assert again is first  # the same bytes: nothing was recomputed or re-encoded
+    fresh = await instance_metrics(warm.sources, "team-a", "llama-70b")
+    assert json.loads(first) == json.loads(msgspec.json.encode(fresh))
+    assert json.loads(first)["sample"]["accelerators"]
+
+
+async def test_a_reused_answer_still_drops_a_snapshot_that_aged_past_its_bound(warm: Warm) -> None:
+    await warm.stack.next_tick()
+    now = datetime.now(UTC)
+    current = await instance_metrics_json(warm.sources, "team-a", "llama-70b", now=now)
+    assert json.loads(current)["sample"]["accelerators"]
+    later = now + timedelta(hours=1)  # every snapshot held is stale by then
+    aged = await instance_metrics_json(warm.sources, "team-a", "llama-70b", now=later)
+    assert aged is not current
+    expected = await instance_metrics(warm.sources, "team-a", "llama-70b", now=later)
+    assert json.loads(aged) == json.loads(msgspec.json.encode(expected))
+    assert "accelerators" not in json.loads(aged)["sample"]
+
+
+async def test_a_recreated_instance_never_gets_its_predecessors_answer(warm: Warm) -> None:
+    path = INSTANCES.path("team-a", "qwen-a")
+    old = await warm.client.get(path)
+    running = json.loads(await instance_metrics_json(warm.sources, "team-a", "qwen-a"))
+    assert running["sample"]["cpuUsedMilliCores"]
+    assert running["metadata"]["uid"] == old["metadata"]["uid"]
+    await warm.admin.delete(path)
+    body = {k: v for k, v in old.items() if k != "status"}
+    body["metadata"] = {"name": "qwen-a", "namespace": "team-a"}
+    created = await warm.admin.create(INSTANCES.path("team-a"), body)
+    new_uid = created["metadata"]["uid"]
+    with trio.fail_after(5):
+        while (warm.views.instance("team-a", "qwen-a") or {}).get("metadata", {}).get(
+            "uid"
+        ) != new_uid:
+            await trio.sleep(0.05)
+    after = json.loads(await instance_metrics_json(warm.sources, "team-a", "qwen-a"))
+    assert after["metadata"]["uid"] == new_uid
+    assert after["sample"]["cpuUsedMilliCores"] == 0
+    assert "accelerators" not in after["sample"]

@@ -81,6 +81,11 @@ class Views:
             for informer in (self.instances, self.pods, self.device_managers):
                 nursery.start_soon(informer.run)
 
+    @property
+    def synced(self) -> bool:
+        """Every informer has listed once."""
+        return self.instances.synced and self.pods.synced and self.device_managers.synced
+
     def instance(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The cached Instance, or ``None`` when the cache cannot vouch for it."""
         if not self.instances.synced:
