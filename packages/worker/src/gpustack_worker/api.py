@@ -46,16 +46,19 @@ from gpustack_worker.admission import MAX_REVIEW_BYTES, PHASES, AdmissionWebhook
 from gpustack_worker.authn import Authenticator, Unauthenticated, UserInfo
 from gpustack_worker.authz import Attributes, AuthorizationError, Authorizer, forbidden_message
 from gpustack_worker.instances_v1 import as_v1, storage_body, table, table_version
-from gpustack_worker.subresource import Sources, Unavailable, instance_metrics
+from gpustack_worker.subresource import Sources, Unavailable, instance_metrics_json
 from gpustack_worker.tls import presented_chain
 
 log = logging.getLogger("gpustack.worker.api")
 access = logging.getLogger("gpustack.worker.access")
 
 JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
 GROUP = discovery.GROUP
 V1 = f"/apis/{GROUP}/v1"
 HEALTH_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
+RESPONSE_TIMEOUT = 30
+"""Seconds a response may take to leave (Quart's ``RESPONSE_TIMEOUT``, the fast path's too)."""
 LIST_PARAMS = ("labelSelector", "fieldSelector", "limit", "continue", "resourceVersion")
 
 
@@ -115,12 +118,111 @@ def _v1_parts(path: str) -> list[str] | None:
 
 Handler = Callable[..., Awaitable[Response]]
 
+_METRICS_PREFIX = V1 + "/namespaces/"
 
-def build_app(surface: Surface) -> QuartTrio:
-    """The Quart app; one catch-all route dispatching on the raw path, as an API server does."""
+
+def _metrics_target(path: str) -> tuple[str, str] | None:
+    """``(namespace, name)``, still escaped, of ``…/namespaces/<ns>/instances/<name>/metrics``.
+
+    Only that exact shape, segment by segment as sent: any other spelling (an escaped
+    ``instances``, an empty segment) is left to the general route, which decides it the same
+    way it always has.
+    """
+    if not path.startswith(_METRICS_PREFIX):
+        return None
+    parts = path[len(_METRICS_PREFIX) :].split("/")
+    if len(parts) != 4 or parts[1] != "instances" or parts[3] != "metrics":
+        return None
+    if not parts[0] or not parts[2]:
+        return None
+    return parts[0], parts[2]
+
+
+def _count_and_log(
+    surface: Surface, method: str, target: str, status: int, user: str, started: float
+) -> None:
+    surface.requests[status] = surface.requests.get(status, 0) + 1
+    if access.isEnabledFor(logging.INFO):
+        elapsed = (time.perf_counter() - started) * 1000
+        access.info("%s %s %d %s %.1fms", method, target, status, user, elapsed)
+
+
+class _FastPath:
+    """The hot GETs (health probes, ``instances/<name>/metrics``) answered in front of Quart.
+
+    A console polling its Instances reads ``metrics`` many times a second; building Quart's
+    request and response objects, its URL map and its two tasks per request cost more CPU
+    than the answer. Here the same steps run in the same order, through the same functions —
+    authenticate (the connection's own chain and the request's headers), decode and validate
+    the names, authorize exactly them, read — and the answer leaves with the same status,
+    body and headers, counted and logged alike. Everything else goes on to Quart.
+    """
+
+    def __init__(self, app: Any, routes: _Routes) -> None:
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        raw = scope.get("raw_path") if scope["type"] == "http" else None
+        if scope.get("method") != "GET" or not isinstance(raw, bytes) or not raw.startswith(b"/"):
+            await self.app(scope, receive, send)
+            return
+        path = raw.decode("latin-1").rstrip("/") or "/"
+        health = path in HEALTH_PATHS
+        target = None if health else _metrics_target(path)
+        if not health and target is None:
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        while True:  # the body a GET does not have (drained, as Quart would read it)
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            if not message.get("more_body"):
+                break
+        user = "-"
+        content_type = JSON
+        try:
+            if health:
+                body, status, content_type = self.routes.health_answer(path)
+            else:
+                assert target is not None
+                headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+                caller = await self.routes.authenticate_parts(
+                    presented_chain(scope), headers, "GET", scope["path"]
+                )
+                user = caller.name  # for the access log, whatever the answer
+                try:
+                    namespace, name = (unquote(part, errors="strict") for part in target)
+                except UnicodeDecodeError as exc:
+                    raise StatusError(400, "the request path is not valid UTF-8") from exc
+                body, status = await self.routes.metrics_answer(caller, namespace, name)
+        except StatusError as error:
+            body, status = error.body(), error.code
+        except Exception as error:  # a bug or an undecodable object: still a Status, logged
+            log.exception("GET %s failed", scope["path"])
+            failure = StatusError(500, f"Internal error occurred: {error}")
+            body, status = failure.body(), failure.code
+        query = scope.get("query_string") or b""
+        shown = scope["path"] + ("?" + query.decode("latin-1") if query else "")
+        _count_and_log(self.routes.surface, "GET", shown, status, user, started)
+        headers = [
+            (b"content-type", content_type.encode("latin-1")),
+            (b"content-length", str(len(body)).encode("ascii")),
+        ]
+        with trio.move_on_after(RESPONSE_TIMEOUT):
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def build_app(surface: Surface, *, fast_path: bool = True) -> QuartTrio:
+    """The Quart app; one catch-all route dispatching on the raw path, as an API server does.
+
+    ``fast_path``: the hot GETs are answered in front of Quart (:class:`_FastPath`); off, every
+    request goes through Quart, which tests use to hold the two to the same answers.
+    """
     app = QuartTrio(__name__)
-    app.asgi_app = RequestGuard(app.asgi_app, _status_rejection)  # type: ignore[method-assign]
-    app.config["RESPONSE_TIMEOUT"] = 30
+    app.config["RESPONSE_TIMEOUT"] = RESPONSE_TIMEOUT
     app.config["BODY_TIMEOUT"] = 10
     # Bodies read: admission reviews (one Pod each) and Instance writes, both under 3 MiB
     # (kube-apiserver's own request limit).
@@ -128,6 +230,8 @@ def build_app(surface: Surface) -> QuartTrio:
     if surface.admission is None:
         surface.admission = AdmissionWebhook.of(surface.sources.client)
     routes = _Routes(surface)
+    inner = _FastPath(app.asgi_app, routes) if fast_path else app.asgi_app
+    app.asgi_app = RequestGuard(inner, _status_rejection)  # type: ignore[method-assign]
 
     methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
@@ -142,14 +246,13 @@ def build_app(surface: Surface) -> QuartTrio:
         except Exception as error:  # a bug or an undecodable object: still a Status, logged
             log.exception("%s %s failed", request.method, request.path)
             response = _status(StatusError(500, f"Internal error occurred: {error}"))
-        surface.requests[response.status_code] = surface.requests.get(response.status_code, 0) + 1
-        access.info(
-            "%s %s %d %s %.1fms",
+        _count_and_log(
+            surface,
             request.method,
             request.full_path.rstrip("?"),
             response.status_code,
             g.get("user", "-"),
-            (time.perf_counter() - started) * 1000,
+            started,
         )
         return response
 
@@ -186,10 +289,15 @@ class _Routes:
     # -- health -----------------------------------------------------------------------------
 
     def health(self, path: str) -> Response:
+        body, status, content_type = self.health_answer(path)
+        return Response(body, status=status, content_type=content_type)
+
+    def health_answer(self, path: str) -> tuple[bytes, int, str]:
+        """Body, status and content type of a health probe."""
         problem = self.surface.ready() if path == "/readyz" else None
         if problem is not None:
-            return Response(f"[-]{problem}\nreadyz check failed\n", status=500)
-        return Response("ok", status=200, content_type="text/plain; charset=utf-8")
+            return f"[-]{problem}\nreadyz check failed\n".encode(), 500, TEXT
+        return b"ok", 200, TEXT
 
     # -- the Pod admission webhook (gpustack_worker.admission) ------------------------------
 
@@ -215,15 +323,24 @@ class _Routes:
     # -- authentication and authorization ---------------------------------------------------
 
     async def authenticate(self) -> UserInfo:
+        return await self.authenticate_parts(
+            presented_chain(request.scope),
+            list(request.headers.items()),
+            request.method,
+            request.path,
+        )
+
+    async def authenticate_parts(
+        self, chain: list[bytes], headers: list[tuple[str, str]], method: str, path: str
+    ) -> UserInfo:
+        """Who sent the request (its connection's chain, its headers); a 401 or 500 if none."""
         try:
-            return await self.surface.authenticator().authenticate(
-                presented_chain(request.scope), list(request.headers.items())
-            )
+            return await self.surface.authenticator().authenticate(chain, headers)
         except Unauthenticated as exc:
-            log.info("401 for %s %s: %s", request.method, request.path, exc)
+            log.info("401 for %s %s: %s", method, path, exc)
             raise StatusError(401, "Unauthorized") from exc
         except KubeError as exc:  # the TokenReview itself failed: not the caller's fault
-            log.warning("authenticating %s %s failed: %s", request.method, request.path, exc)
+            log.warning("authenticating %s %s failed: %s", method, path, exc)
             raise StatusError(500, f"Internal error occurred: token review: {exc}") from exc
 
     async def authorize(self, user: UserInfo, attributes: Attributes) -> None:
@@ -352,6 +469,11 @@ class _Routes:
     # -- the subresource --------------------------------------------------------------------
 
     async def metrics(self, user: UserInfo, namespace: str, name: str) -> Response:
+        body, status = await self.metrics_answer(user, namespace, name)
+        return Response(body, status=status, content_type=JSON)
+
+    async def metrics_answer(self, user: UserInfo, namespace: str, name: str) -> tuple[bytes, int]:
+        """The subresource's JSON body and status; ``StatusError`` for what is no answer."""
         _check_names(namespace, name)
         await self.authorize(
             user,
@@ -365,9 +487,9 @@ class _Routes:
             ),
         )
         try:
-            body = await instance_metrics(self.surface.sources, namespace, name)
+            body = await instance_metrics_json(self.surface.sources, namespace, name)
         except ApiError as exc:
-            return _upstream_error(exc)
+            return _upstream_parts(exc)
         except Unavailable as exc:
             raise StatusError(503, str(exc)) from exc
         except trio.TooSlowError as exc:
@@ -376,7 +498,7 @@ class _Routes:
             ) from exc
         except KubeError as exc:
             raise StatusError(503, f"reading Instance {namespace}/{name} failed: {exc}") from exc
-        return _json(body)
+        return body, 200
 
 
 def _check_names(namespace: str | None, name: str | None) -> None:
@@ -439,9 +561,15 @@ def _document(body: bytes) -> Response:
 
 def _upstream_error(error: ApiError) -> Response:
     """The store's own ``Status`` passes through (404 stays 404, with its message)."""
+    body, status = _upstream_parts(error)
+    return Response(body, status=status, content_type=JSON)
+
+
+def _upstream_parts(error: ApiError) -> tuple[bytes, int]:
     if error.body.startswith(b"{"):
-        return Response(error.body, status=error.status, content_type=JSON)
-    return _status(StatusError(error.status, error.message or error.reason))
+        return error.body, error.status
+    status = StatusError(error.status, error.message or error.reason)
+    return status.body(), status.code
 
 
 WRITE_PARAMS = ("dryRun", "fieldManager", "fieldValidation")
