@@ -137,3 +137,76 @@ async def test_leaving_a_live_watch_early(cluster: RunningCluster) -> None:
         ]
         again = await client.get("/api/v1/namespaces/team-a/pods/llama-70b")
         assert again["metadata"]["labels"]["tier"] == "gold"
+
+
+# --- lists in chunks: limit and continue, as kube-apiserver serves them ---------------------------
+
+
+async def test_a_list_in_chunks_is_the_whole_list_from_one_snapshot(
+    cluster: RunningCluster,
+) -> None:
+    async with KubeClient(config(cluster, "admin")) as client:
+        whole = await client.get("/api/v1/pods")
+        expected = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in whole["items"]]
+        assert len(expected) > 5
+        seen: list[tuple[str, str]] = []
+        versions: set[str] = set()
+        remaining: list[int] = []
+        token = ""
+        while True:
+            params: dict[str, str | int | bool] = {"limit": 2}
+            if token:
+                params["continue"] = token
+            chunk = await client.get("/api/v1/pods", params)
+            seen += [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in chunk["items"]]
+            versions.add(chunk["metadata"]["resourceVersion"])
+            token = chunk["metadata"].get("continue", "")
+            if not token:
+                assert "remainingItemCount" not in chunk["metadata"]
+                break
+            remaining.append(chunk["metadata"]["remainingItemCount"])
+            if len(seen) == 2:  # a write between two chunks is not in the list being read
+                cluster.state.delete_pod(*expected[-1])
+        assert seen == expected  # etcd's order (namespace, name), nothing twice, nothing lost
+        assert versions == {whole["metadata"]["resourceVersion"]}
+        assert remaining == sorted(remaining, reverse=True)
+        assert remaining[0] == len(expected) - 2
+
+
+async def test_a_continue_token_is_refused_when_forged_foreign_or_expired(
+    cluster: RunningCluster,
+) -> None:
+    async with KubeClient(config(cluster, "admin")) as client:
+        first = await client.get("/api/v1/pods", {"limit": 1})
+        token = first["metadata"]["continue"]
+        with pytest.raises(ApiError) as forged:
+            await client.get("/api/v1/pods", {"limit": 1, "continue": "not-a-token"})
+        assert forged.value.status == 400
+        with pytest.raises(ApiError) as foreign:
+            await client.get("/api/v1/nodes", {"limit": 1, "continue": token})
+        assert foreign.value.status == 400
+        cluster.state.chunks.keep_seconds = 0.0  # compacted since
+        with pytest.raises(ApiError) as expired:
+            await client.get("/api/v1/pods", {"limit": 1, "continue": token})
+        assert (expired.value.status, expired.value.reason, expired.value.expired) == (
+            410,
+            "Expired",
+            True,
+        )
+
+
+async def test_an_informer_reading_in_chunks_holds_what_one_whole_list_gives(
+    cluster: RunningCluster,
+) -> None:
+    async with KubeClient(config(cluster, "admin")) as client, trio.open_nursery() as nursery:
+        chunked = Informer(client, "/api/v1/pods", page_size=3)
+        whole = Informer(client, "/api/v1/pods", page_size=0)
+        await nursery.start(chunked.run)
+        await nursery.start(whole.run)
+        assert len(chunked.objects()) > 3
+        by_key = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in whole.objects()}
+        assert {
+            (o["metadata"]["namespace"], o["metadata"]["name"]): o for o in chunked.objects()
+        } == by_key
+        assert chunked.version == whole.version
+        nursery.cancel_scope.cancel()

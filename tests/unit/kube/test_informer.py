@@ -87,6 +87,8 @@ class FakeApi:
         self.list_answers: list[httpx.Response] = []
         self.watch_answers: list[httpx.Response] = []
         self.streams: list[WatchStream] = []
+        self.expired_tokens: set[str] = set()
+        """Continue tokens answered ``410 Expired`` (compacted since the first page)."""
 
     async def handler(self, request: httpx.Request) -> httpx.Response:
         params = dict(request.url.params)
@@ -103,14 +105,26 @@ class FakeApi:
         self.lists.append((now, params))
         if self.list_answers:
             return self.list_answers.pop(0)
-        return httpx.Response(
-            200,
-            json={
-                "kind": "PodList",
-                "metadata": {"resourceVersion": str(self.version)},
-                "items": self.objects,
-            },
-        )
+        items, metadata = self.objects, {"resourceVersion": str(self.version)}
+        if "limit" in params:  # pages as kube-apiserver cuts them: a continue token per page
+            token = params.get("continue", "")
+            if token in self.expired_tokens:
+                return httpx.Response(
+                    410,
+                    json={
+                        "kind": "Status",
+                        "status": "Failure",
+                        "reason": "Expired",
+                        "code": 410,
+                        "message": "The provided continue parameter is too old",
+                    },
+                )
+            start, limit = int(token or 0), int(params["limit"])
+            items = self.objects[start : start + limit]
+            if start + limit < len(self.objects):
+                metadata["continue"] = str(start + limit)
+                metadata["remainingItemCount"] = len(self.objects) - start - limit  # type: ignore[assignment]
+        return httpx.Response(200, json={"kind": "PodList", "metadata": metadata, "items": items})
 
     @property
     def stream(self) -> WatchStream:
@@ -165,7 +179,7 @@ async def test_first_list_then_watch_from_its_version(
         assert informer.synced
         assert (names(informer), informer.version, informer.last_error) == (["a", "b"], "10", None)
         assert fake.lists == [
-            (0.0, {"fieldSelector": "spec.nodeName=n1", "labelSelector": "app=x"})
+            (0.0, {"fieldSelector": "spec.nodeName=n1", "labelSelector": "app=x", "limit": "500"})
         ]
         assert fake.watches == [
             (
@@ -506,3 +520,91 @@ async def test_handlers_are_told_each_changed_key_also_by_a_relist(
         mock_clock.jump(300)
         await settle()
         assert told == [("team-a", "c")]
+
+
+# -- lists in pages, and relists that keep what did not change ------------------------------------
+
+
+async def test_a_list_is_read_in_pages_of_the_page_size(
+    fake: FakeApi, mock_clock: trio.testing.MockClock
+) -> None:
+    fake.objects = [pod(f"p{i:04d}", 100 + i) for i in range(1203)]
+    async with running(fake, page_size=500) as informer:
+        assert len(informer.objects()) == 1203
+        assert names(informer) == [f"p{i:04d}" for i in range(1203)]
+        pages = [(p.get("limit"), p.get("continue")) for _, p in fake.lists]
+        assert pages == [("500", None), ("500", "500"), ("500", "1000")]
+        assert fake.watches[0][1]["resourceVersion"] == "10"
+
+
+async def test_an_expired_continue_token_lists_the_rest_whole_once(
+    fake: FakeApi, mock_clock: trio.testing.MockClock
+) -> None:
+    fake.objects = [pod(f"p{i:04d}", 100 + i) for i in range(12)]
+    fake.expired_tokens = {"5"}  # compacted between the first page and the second
+    async with running(fake, page_size=5) as informer:
+        assert len(informer.objects()) == 12
+        assert [(p.get("limit"), p.get("continue")) for _, p in fake.lists] == [
+            ("5", None),
+            ("5", "5"),
+            (None, None),
+        ]
+        assert informer.statistics().errors == 0  # recovered inside the one list
+
+
+async def test_page_size_zero_lists_whole(
+    fake: FakeApi, mock_clock: trio.testing.MockClock
+) -> None:
+    fake.objects = [pod(f"p{i}", 100 + i) for i in range(7)]
+    async with running(fake, page_size=0) as informer:
+        assert len(informer.objects()) == 7
+        assert [p.get("limit") for _, p in fake.lists] == [None]
+
+
+async def test_a_relist_keeps_unchanged_objects_and_decodes_only_the_changed(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    fake = FakeApi()
+    fake.objects = [pod("a", 5), pod("b", 7), pod("c", 9)]
+    decoded: list[str] = []
+
+    def decode(obj: dict[str, Any]) -> dict[str, Any]:
+        decoded.append(obj["metadata"]["name"])
+        return {"name": obj["metadata"]["name"], "version": obj["metadata"]["resourceVersion"]}
+
+    told: list[tuple[str, str]] = []
+    async with (
+        KubeClient(CONFIG, transport=httpx.MockTransport(fake.handler)) as client,
+        trio.open_nursery() as nursery,
+    ):
+        informer = Informer(
+            client, PATH, decode=decode, resync=300.0, watch_timeout=1000, backoff=NO_JITTER
+        )
+        await nursery.start(informer.run)
+        informer.add_handler(told.append)
+        before = {o["name"]: o for o in informer.objects()}
+        assert sorted(decoded) == ["a", "b", "c"]
+        decoded.clear()
+        generation = informer.generation
+        # b changed (a new resourceVersion) and c is gone while no watch told us; a is as it was
+        fake.objects = [pod("a", 5), pod("b", 8)]
+        fake.version = 20
+        mock_clock.jump(300)
+        await settle()
+        after = {o["name"]: o for o in informer.objects()}
+        assert decoded == ["b"]  # a was not decoded again
+        assert after["a"] is before["a"]
+        assert after["b"] == {"name": "b", "version": "8"}
+        assert sorted(told) == [("team-a", "b"), ("team-a", "c")]
+        assert informer.generation == generation + 1
+        # an event moves the kept version too: the next relist at that version decodes nothing
+        fake.stream.event("MODIFIED", pod("a", 21))
+        await settle()
+        decoded.clear()
+        fake.objects = [pod("a", 21), pod("b", 8)]
+        fake.version = 21
+        mock_clock.jump(300)
+        await settle()
+        assert decoded == []
+        assert informer.get("team-a", "a") == {"name": "a", "version": "21"}
+        nursery.cancel_scope.cancel()

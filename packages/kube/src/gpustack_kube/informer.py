@@ -90,6 +90,7 @@ class Informer(Generic[T]):
         watch_timeout: int = 240,
         backoff: Backoff | None = None,
         min_watch_seconds: float = 1.0,
+        page_size: int = 500,
     ) -> None: ...
 
     @overload
@@ -106,6 +107,7 @@ class Informer(Generic[T]):
         watch_timeout: int = 240,
         backoff: Backoff | None = None,
         min_watch_seconds: float = 1.0,
+        page_size: int = 500,
     ) -> None: ...
 
     def __init__(
@@ -121,6 +123,7 @@ class Informer(Generic[T]):
         watch_timeout: int = 240,
         backoff: Backoff | None = None,
         min_watch_seconds: float = 1.0,
+        page_size: int = 500,
     ) -> None:
         self.client = client
         self.path = path
@@ -130,10 +133,14 @@ class Informer(Generic[T]):
         self.watch_timeout = watch_timeout
         self.backoff = backoff or Backoff()
         self.min_watch_seconds = min_watch_seconds
+        self.page_size = page_size
+        """Objects per list request (``limit``); ``0`` lists the whole collection at once."""
         self._decode = decode
         # Without ``decode`` T is dict[str, Any], which is what the first overload's take.
         self._indexers = cast(dict[str, Indexer[T]], dict(indexers or {}))
         self._objects: dict[Key, T] = {}
+        self._versions: dict[Key, str] = {}
+        """Key → the resourceVersion of the object in the view (where it had one)."""
         self._indices: dict[str, dict[str, set[Key]]] = {name: {} for name in self._indexers}
         self._version = ""
         self._synced = False
@@ -244,31 +251,28 @@ class Informer(Generic[T]):
         return params
 
     async def _list(self) -> bool:
-        """One list; on failure record it, back off and say so."""
+        """One list, in pages; on failure record it, back off and say so."""
         try:
-            answer = await self.client.get(self.path, self._selectors())
-            items, version = _parse_list(answer, self.path)
+            fresh, versions, version = await self._pages()
         except ApiError as exc:
             await self._failed(f"list {self.path}: {exc}")
             return False
         except KubeError as exc:
             await self._failed(str(exc))  # transport and decoding errors name the path
             return False
-        fresh: dict[Key, T] = {}
-        for item in items:
-            key = _key(item)
-            if key is not None:
-                typed = self._decoded(item, key)
-                if typed is not None:
-                    fresh[key] = typed
         if self._synced:
             self._counts["relists"] += 1
         self._counts["lists"] += 1
-        changed = fresh != self._objects or not self._synced
+        # An object kept from the view (same resourceVersion) is the same object: ``is``
+        # decides it without comparing two trees.
         touched = [
-            k for k in fresh.keys() | self._objects.keys() if fresh.get(k) != self._objects.get(k)
+            k
+            for k in fresh.keys() | self._objects.keys()
+            if (old := self._objects.get(k)) is not (new := fresh.get(k)) and old != new
         ]
+        changed = bool(touched) or not self._synced
         self._objects = fresh
+        self._versions = versions
         self._reindex()
         self._version = version
         self._synced = True
@@ -282,6 +286,64 @@ class Informer(Generic[T]):
             self._notify()
         self._tell(sorted(touched))
         return True
+
+    async def _pages(self) -> tuple[dict[Key, T], dict[Key, str], str]:
+        """The whole collection, ``page_size`` objects per request, and its resourceVersion.
+
+        As client-go's reflector does (its pager's 500): a list of 10,000 Pods in one answer
+        held the whole JSON and its whole decoded tree at once, next to the view being built
+        — a peak several times the view that the process kept as resident memory. Each page
+        is decoded and dropped before the next is asked for. The API server serves every page
+        of one list from the same snapshot; a continue token it no longer honours (``410``,
+        compacted meanwhile) restarts the list once without pages, as client-go's
+        ``FullListIfExpired`` does. An object whose resourceVersion is the one in the view is
+        kept as it is, not decoded again: a relist of an unchanged collection changes nothing
+        and costs no decoding.
+        """
+        fresh: dict[Key, T] = {}
+        versions: dict[Key, str] = {}
+        token = ""
+        whole = self.page_size <= 0
+        while True:
+            params = self._selectors()
+            if not whole:
+                params["limit"] = self.page_size
+                if token:
+                    params["continue"] = token
+            try:
+                answer = await self.client.get(self.path, params)
+            except ApiError as exc:
+                if not (token and exc.expired):
+                    raise
+                log.info("list %s: the continue token expired; listing whole", self.path)
+                fresh, versions, token, whole = {}, {}, "", True
+                continue
+            items, version, token = _parse_list(answer, self.path)
+            del answer
+            for item in items:
+                key = _key(item)
+                if key is None:
+                    continue
+                typed = self._kept(item, key, versions)
+                if typed is not None:
+                    fresh[key] = typed
+            if whole or not token:
+                return fresh, versions, version
+
+    def _kept(self, item: dict[str, Any], key: Key, versions: dict[Key, str]) -> T | None:
+        """The view's own object when ``item``'s resourceVersion is the one it has, else decoded.
+
+        ``versions`` gets the resourceVersion of what is returned.
+        """
+        version = item["metadata"].get("resourceVersion")
+        if not isinstance(version, str) or not version:
+            return self._decoded(item, key)  # nothing to compare: decoded, never kept
+        known = self._objects.get(key)
+        if known is None or self._versions.get(key) != version:
+            known = self._decoded(item, key)
+        if known is not None:
+            versions[key] = version
+        return known
 
     async def _watch_until_expired(self) -> None:
         """Watch from ``version``, re-watching as streams end, until the version expires."""
@@ -336,10 +398,13 @@ class Informer(Generic[T]):
             if key is not None:
                 self._unindex(key)
                 typed = None if kind == "DELETED" else self._decoded(obj, key)
+                self._versions.pop(key, None)
                 if typed is None:
                     self._objects.pop(key, None)  # deleted, or now undecodable: not in view
                 else:
                     self._objects[key] = typed
+                    if isinstance(version, str) and version:
+                        self._versions[key] = version
                     self._index(key, typed)
                 self._notify()
                 self._tell([key])
@@ -425,14 +490,18 @@ def _key(obj: dict[str, Any]) -> Key | None:
     return (namespace if isinstance(namespace, str) else "", metadata["name"])
 
 
-def _parse_list(answer: dict[str, Any], path: str) -> tuple[list[dict[str, Any]], str]:
+def _parse_list(answer: dict[str, Any], path: str) -> tuple[list[dict[str, Any]], str, str]:
+    """A list's items, resourceVersion and continue token (``""`` on its last page)."""
     items = answer.get("items")
     metadata = answer.get("metadata")
     version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+    token = metadata.get("continue") if isinstance(metadata, dict) else None
     if items is None:
         items = []  # the API server omits an empty list's items
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise MalformedResponseError(f"list {path}: items is not a list of objects")
     if not isinstance(version, str) or not version:
         raise MalformedResponseError(f"list {path}: no metadata.resourceVersion to watch from")
-    return items, version
+    if token is not None and not isinstance(token, str):
+        raise MalformedResponseError(f"list {path}: metadata.continue is not a string")
+    return items, version, token or ""

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import yaml
 
 from gpustack_simulator.cluster import services
+from gpustack_simulator.cluster.paging import ListChunks
 from gpustack_simulator.cluster.pki import ClusterPKI
 from gpustack_simulator.cluster.resources import CONFIGMAP, INSTANCE, NODE, POD, Registry, from_crd
 from gpustack_simulator.cluster.selectors import Narrowing
@@ -102,6 +103,8 @@ class ClusterState:
     worker_url: str | None = None
     worker_ca: str | None = None
     registry: Registry = field(default_factory=Registry)
+    chunks: ListChunks = field(default_factory=ListChunks)
+    """The lists being read in chunks (``limit`` / ``continue``), answering their tokens."""
     webhook_services: dict[tuple[str, str, int], str] = field(default_factory=dict)
     """``(namespace, name, port)`` of a Service → the ``host:port`` an admission webhook's
     ``clientConfig.service`` is called at; cluster IPs do not route here (admission.py)."""

@@ -12,6 +12,7 @@ from quart import Response, request
 
 from gpustack_core.status import StatusError, no_route, not_found
 from gpustack_simulator.cluster.apiserver import ApiServer
+from gpustack_simulator.cluster.paging import parse_limit
 from gpustack_simulator.cluster.resources import Resource
 from gpustack_simulator.cluster.routes.base import JSON, Caller, RouteBase, json_response, list_item
 from gpustack_simulator.cluster.selectors import (
@@ -244,6 +245,22 @@ class ObjectRoutes(RouteBase):
             return self._watch(kind, api_version, ns, predicate, self._narrowing())
         narrowed = self._narrowing()
         selected = (request.args.get("labelSelector", ""), request.args.get("fieldSelector", ""))
+        limit = parse_limit(request.args.get("limit"))
+        token = request.args.get("continue", "")
+        if limit or token:
+            scope = (kind, ns or "", *selected)
+            if token:
+                chunk = self.state.chunks.next(scope, token, limit)
+            else:
+                found = [o for o in store.candidates(kind, ns, narrowed) if predicate(o)]
+                chunk = self.state.chunks.first(scope, found, store.version, limit)
+            items = msgspec.json.encode([list_item(o) for o in chunk.objects])
+            return Response(
+                list_body(
+                    f"{kind}List", api_version, chunk.version, items, chunk.token, chunk.remaining
+                ),
+                content_type=JSON,
+            )
 
         def encoded_items() -> bytes:
             return msgspec.json.encode(
@@ -339,12 +356,18 @@ class ObjectRoutes(RouteBase):
         return response
 
 
-def list_body(kind: str, api_version: str, version: int, items: bytes) -> bytes:
+def list_body(
+    kind: str, api_version: str, version: int, items: bytes, token: str = "", remaining: int = 0
+) -> bytes:
     """A list's JSON around its already encoded ``items``: the bytes ``json_response`` writes.
 
     The items of a list change only with its kind's objects (``Store.memo`` keeps them until
-    then); the resourceVersion moves with every write, so it is spliced in per request.
+    then); the resourceVersion moves with every write, so it is spliced in per request. A
+    chunk of a longer list (``paging``) carries its continue ``token`` and how many remain.
     """
+    more = b""
+    if token:
+        more = b',"continue":%s,"remainingItemCount":%d' % (msgspec.json.encode(token), remaining)
     return b"".join(
         (
             b'{"kind":',
@@ -353,6 +376,7 @@ def list_body(kind: str, api_version: str, version: int, items: bytes) -> bytes:
             msgspec.json.encode(api_version),
             b',"metadata":{"resourceVersion":',
             msgspec.json.encode(str(version)),
+            more,
             b'},"items":',
             items,
             b"}",
