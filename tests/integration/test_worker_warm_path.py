@@ -127,9 +127,7 @@ async def test_a_recreated_instance_never_reads_its_predecessors_pod(warm: Warm)
     else:
         assert at_once.metadata.uid == old["metadata"]["uid"]
     with trio.fail_after(5):  # the stated bound: the Instance watch delivers the new UID
-        while (warm.views.instance("team-a", "qwen-a") or {}).get("metadata", {}).get(
-            "uid"
-        ) != new_uid:
+        while getattr(warm.views.instance("team-a", "qwen-a"), "uid", None) != new_uid:
             await trio.sleep(0.05)
     after = await instance_metrics(warm.sources, "team-a", "qwen-a")
     assert after.metadata.uid == new_uid
@@ -183,9 +181,7 @@ async def test_a_recreated_instance_never_gets_its_predecessors_answer(warm: War
     created = await warm.admin.create(INSTANCES.path("team-a"), body)
     new_uid = created["metadata"]["uid"]
     with trio.fail_after(5):
-        while (warm.views.instance("team-a", "qwen-a") or {}).get("metadata", {}).get(
-            "uid"
-        ) != new_uid:
+        while getattr(warm.views.instance("team-a", "qwen-a"), "uid", None) != new_uid:
             await trio.sleep(0.05)
     after = json.loads(await instance_metrics_json(warm.sources, "team-a", "qwen-a"))
     assert after["metadata"]["uid"] == new_uid

@@ -256,6 +256,12 @@ def build_app(surface: Surface, *, fast_path: bool = True) -> QuartTrio:
         )
         return response
 
+    @app.errorhandler(404)
+    async def unrouted(_: Exception) -> Response:
+        # A path werkzeug's ``path`` converter does not match (one holding an escaped newline)
+        # is decided from its raw path like any other, not answered werkzeug's HTML page.
+        return await dispatch("")
+
     @app.errorhandler(405)
     async def other_method(_: Exception) -> Response:
         # A method no route lists (TRACE, PROPFIND, …) would get werkzeug's HTML page.

@@ -32,6 +32,7 @@ from gpustack_kube.backoff import Backoff
 from gpustack_kube.client import KubeClient, KubeError, NotFound, PatchType
 from gpustack_kube.informer import Informer
 from gpustack_kube.paths import DEVICES, NODES
+from gpustack_worker.held import held_node
 
 log = logging.getLogger("gpustack.worker.nodecapacity")
 
@@ -78,18 +79,23 @@ async def run_node_capacity(
     bases: Mapping[str, str] | None = None,
     period: float = 60.0,
     backoff: Backoff = RETRY,
+    nodes: Informer[dict[str, Any]] | None = None,
 ) -> None:
     """Keep every Node's companion resources in step with its ``Devices``, for ever.
 
     A node without a ``Devices`` object has no accelerators the operator knows of, and keeps
     whatever companion entries it has (a Device Manager restarting must not make its Pods
-    unschedulable for the seconds until it publishes again).
+    unschedulable for the seconds until it publishes again). ``nodes``: a Node informer the
+    caller runs and shares; without one this runs its own.
     """
     bases = dict(bases or {})
-    nodes: Informer[dict[str, Any]] = Informer(client, NODES.path())
+    owned = nodes is None
+    if nodes is None:
+        nodes = Informer(client, NODES.path(), decode=held_node)
     devices: Informer[dict[str, Any]] = Informer(client, DEVICES.path())
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(nodes.run)
+        if owned:
+            nursery.start_soon(nodes.run)
         nursery.start_soon(devices.run)
         failures = 0
         while True:

@@ -41,6 +41,7 @@ from gpustack_kube.backoff import Backoff
 from gpustack_kube.client import AlreadyExists, KubeClient, KubeError, NotFound, retry_on_conflict
 from gpustack_kube.informer import Informer
 from gpustack_kube.paths import NODE_FEATURES, NODES
+from gpustack_worker.held import held_node
 
 log = logging.getLogger("gpustack.worker.nodefeatures")
 
@@ -136,18 +137,27 @@ async def publish(client: KubeClient, node: Mapping[str, Any], namespace: str) -
 
 
 async def run_node_features(
-    client: KubeClient, namespace: str, *, period: float = 60.0, backoff: Backoff = RETRY
+    client: KubeClient,
+    namespace: str,
+    *,
+    period: float = 60.0,
+    backoff: Backoff = RETRY,
+    nodes: Informer[dict[str, Any]] | None = None,
 ) -> None:
     """Keep every Node's worker NodeFeature current, for ever (the worker daemon's task).
 
     A node whose derived labels are what was last published is not read again until the next
     ``period`` check, so the Node updates nfd-master makes after each write cost nothing.
+    ``nodes``: a Node informer the caller runs and shares; without one this runs its own.
     """
-    nodes: Informer[dict[str, Any]] = Informer(client, NODES.path())
+    owned = nodes is None
+    if nodes is None:
+        nodes = Informer(client, NODES.path(), decode=held_node)
     published: dict[str, dict[str, str]] = {}
     checked_at: float | None = None
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(nodes.run)
+        if owned:
+            nursery.start_soon(nodes.run)
         failures = 0
         while True:
             if nodes.synced:

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import httpx
 import msgspec
@@ -29,7 +28,6 @@ import trio
 from gpustack_core import contract
 from gpustack_core.allocation import Grant
 from gpustack_core.decoding import ContractError
-from gpustack_core.instance import resources_of
 from gpustack_core.instance_metrics import InstanceMetrics, ObjectMeta
 from gpustack_core.kubelet import Summary, usage_from_summary
 from gpustack_core.podmetrics import pod_metrics_from_object, usage_from_pod_metrics
@@ -41,7 +39,7 @@ from gpustack_core.pods import (
     named_port,
     pod_from_object,
 )
-from gpustack_core.sample import instance_sample, pod_grants, pod_started, totals_from_resources
+from gpustack_core.sample import instance_sample, pod_grants, pod_started
 from gpustack_core.snapshot import (
     DEFAULT_FRESHNESS_POLICY,
     FRESHNESS_PERIODS,
@@ -54,7 +52,7 @@ from gpustack_core.usage import DeclaredTotals, PodUsage
 from gpustack_kube.client import ApiError, KubeClient, KubeError, abandon_body
 from gpustack_kube.paths import INSTANCES, POD_METRICS, PODS
 from gpustack_worker.summaries import SummaryCache
-from gpustack_worker.views import Views
+from gpustack_worker.views import InstanceFacts, Views
 
 log = logging.getLogger("instance-metrics")
 
@@ -123,7 +121,7 @@ class _Inputs:
 
     namespace: str
     name: str
-    instance: dict[str, Any]
+    instance: InstanceFacts
     uid: str
     fallback: DeclaredTotals
     pod: Pod | None
@@ -304,15 +302,11 @@ async def _gather(sources: Sources, namespace: str, name: str, last: _Answer | N
     """Read what the answer needs; what ``last`` derived from the same objects is not redone."""
     instance = sources.views.instance(namespace, name) if sources.views is not None else None
     if instance is None:
-        instance = await sources.client.get(INSTANCES.path(namespace, name))
+        instance = InstanceFacts.of(await sources.client.get(INSTANCES.path(namespace, name)))
     known = last.inputs if last is not None else None
-    if known is not None and known.instance is instance:
-        uid, fallback = known.uid, known.fallback
-    else:
+    if known is not None and known.instance is not instance:
         known = None
-        uid = str(instance.get("metadata", {}).get("uid", ""))
-        what = f"Instance {namespace}/{name}"
-        fallback = totals_from_resources(resources_of(instance, what=what).limits(), what=what)
+    uid, fallback = instance.uid, instance.fallback
     pod = await _backing_pod(sources, namespace, name, uid)
     if known is not None and known.pod is not pod:
         known = None

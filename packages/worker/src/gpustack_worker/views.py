@@ -26,7 +26,10 @@ import trio
 
 from gpustack_core import contract
 from gpustack_core.decoding import ContractError
+from gpustack_core.instance import resources_of
 from gpustack_core.pods import Pod, pod_from_object
+from gpustack_core.sample import totals_from_resources
+from gpustack_core.usage import DeclaredTotals
 from gpustack_kube.client import KubeClient
 from gpustack_kube.informer import Informer
 from gpustack_kube.paths import INSTANCES, PODS
@@ -38,20 +41,35 @@ def _by_node(pod: Pod) -> Iterable[str]:
     return (pod.spec.node_name,) if pod.spec.node_name else ()
 
 
-def _instance(obj: dict[str, Any]) -> dict[str, Any]:
-    """Instances stay raw, minus ``managedFields``: the subresource reads uid and resources."""
-    metadata = obj.get("metadata")
-    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
-        raise ContractError("Instance without metadata.name")
-    metadata.pop("managedFields", None)
-    return obj
+@dataclass(frozen=True)
+class InstanceFacts:
+    """What the subresource reads of an Instance: its UID and the totals its spec declares.
+
+    Decoded once per Instance version (the informer keeps the same object while the
+    resourceVersion stands, which is what lets the subresource reuse an answer). Holding the
+    whole Instance for two fields cost more memory than every other part of the view.
+    """
+
+    uid: str
+    fallback: DeclaredTotals
+    """The Instance's own ``spec.resources`` limits: the answer while it has no Pod."""
+
+    @classmethod
+    def of(cls, obj: dict[str, Any]) -> InstanceFacts:
+        """From the API object; ``ContractError`` for a missing name or bad ``spec.resources``."""
+        metadata = obj.get("metadata")
+        if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
+            raise ContractError("Instance without metadata.name")
+        what = f"Instance {metadata.get('namespace', '')}/{metadata['name']}"
+        fallback = totals_from_resources(resources_of(obj, what=what).limits(), what=what)
+        return cls(str(metadata.get("uid", "")), fallback)
 
 
 @dataclass
 class Views:
     """The three informers; ``None`` from a lookup means "ask the API server"."""
 
-    instances: Informer[dict[str, Any]]
+    instances: Informer[InstanceFacts]
     pods: Informer[Pod]
     device_managers: Informer[Pod]
 
@@ -59,7 +77,9 @@ class Views:
     def of(cls, client: KubeClient, system_namespace: str) -> Views:
         """Informers scoped to exactly what the subresource may read."""
         return cls(
-            instances=Informer(client, INSTANCES.path(), decode=_instance),
+            # One whose spec.resources do not decode stays out of the view: it is read live,
+            # and refused there with the reason, as it would be without the cache.
+            instances=Informer(client, INSTANCES.path(), decode=InstanceFacts.of),
             pods=Informer(
                 client,
                 PODS.path(),
@@ -86,7 +106,7 @@ class Views:
         """Every informer has listed once."""
         return self.instances.synced and self.pods.synced and self.device_managers.synced
 
-    def instance(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def instance(self, namespace: str, name: str) -> InstanceFacts | None:
         """The cached Instance, or ``None`` when the cache cannot vouch for it."""
         if not self.instances.synced:
             return None

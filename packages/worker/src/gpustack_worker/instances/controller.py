@@ -45,6 +45,7 @@ from gpustack_kube.paths import (
     SERVICES,
 )
 from gpustack_kube.workqueue import ShutDown, WorkQueue
+from gpustack_worker.held import TEMPLATE_HASH, held_node, held_pod
 from gpustack_worker.instances.render import (
     HOSTNAME_LABEL,
     INSTANCES_TYPE,
@@ -65,10 +66,6 @@ from gpustack_worker.instances.status import derive_status
 
 log = logging.getLogger("gpustack.worker.instances")
 
-TEMPLATE_HASH: Final = "worker.gpustack.ai/pod-template-hash"
-"""On a rendered Pod: the digest of what it was rendered as. A Pod whose digest differs from
-today's rendering is replaced; a Pod without one (created before the controller ran) is adopted
-as it is, never recreated for lack of a digest."""
 SETTINGS_CONFIGMAP: Final = "gpustack-operator-settings"
 ISOLATION_SETTING: Final = "instance-isolation-pod-cidrs"
 SSHD_IMAGE_SETTING: Final = "instance-sshd-image"
@@ -164,7 +161,18 @@ def managed_here(instance: Instance) -> bool:
 class InstanceController:
     """Reconciles Instances; run :meth:`run` in the worker's nursery."""
 
-    def __init__(self, client: KubeClient, options: ControllerOptions | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        options: ControllerOptions | None = None,
+        *,
+        nodes: Informer[dict[str, Any]] | None = None,
+    ) -> None:
+        """Informers over ``client``.
+
+        ``nodes``: a Node informer the caller runs and shares (``held_node`` objects);
+        without one the controller runs its own.
+        """
         self.client = client
         self.options = options or ControllerOptions()
         self.queue = WorkQueue()
@@ -180,6 +188,7 @@ class InstanceController:
         self.pods: Informer[dict[str, Any]] = Informer(
             client,
             PODS.path(),
+            decode=held_pod,  # what a reconcile reads of a Pod, not its whole spec and status
             label_selector=contract.PART_OF_LABEL,
             indexers={"node": lambda p: (p.get("spec", {}).get("nodeName") or "",)},
         )
@@ -192,7 +201,10 @@ class InstanceController:
         self.types: Informer[InstanceType] = Informer(
             client, INSTANCE_TYPES.path(), decode=instancetype_from_object
         )
-        self.nodes: Informer[dict[str, Any]] = Informer(client, NODES.path())
+        self._owns_nodes = nodes is None
+        self.nodes: Informer[dict[str, Any]] = nodes or Informer(
+            client, NODES.path(), decode=held_node
+        )
         self.settings_source: Informer[dict[str, Any]] = Informer(
             client,
             CONFIGMAPS.path(self.options.system_namespace),
@@ -275,6 +287,8 @@ class InstanceController:
         async with trio.open_nursery() as nursery:
             for informer in self._informers():
                 await nursery.start(informer.run)
+            while not self.nodes.synced:  # a shared one, run by its owner
+                await self.nodes.wait_changed()
             await self._read_runtime_classes()
             self._settings_changed()
             if self.options.leader_election:
@@ -294,10 +308,11 @@ class InstanceController:
                 await trio.sleep(0.01)
 
     def _informers(self) -> Iterable[Informer[Any]]:
+        nodes = (self.nodes,) if self._owns_nodes else ()
         return (
             self.settings_source,
             self.types,
-            self.nodes,
+            *nodes,
             self.services,
             self.policies,
             self.pods,
