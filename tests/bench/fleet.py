@@ -25,6 +25,7 @@ import httpx
 
 from gpustack_simulator.fleet import generate, to_yaml
 from gpustack_simulator.up import UpError, down, up
+from gpustack_simulator.yamlsafe import load_bounded
 
 CLIENT = Path(__file__).with_name("load_client.py")
 PERIOD = "15s"
@@ -147,11 +148,31 @@ class Census:
                 before, at = cpu, now
 
 
-def _load(state: Path, seconds: float) -> dict[str, float]:
+SPREAD_CLIENTS = 32
+
+
+def _spread_paths(scenario: Path, nodes: int) -> Path:
+    """One Instance on each node (the first ``nodes`` of the scenario: Instance j is on node
+    j mod nodes), as the paths of their metrics."""
+    document = load_bounded(scenario.read_text(), source=str(scenario))
+    assert isinstance(document, dict)
+    paths = [
+        f"/apis/worker.gpustack.ai/v1/namespaces/{i['namespace']}/instances/{i['name']}/metrics"
+        for i in document["instances"][:nodes]
+    ]
+    listed = scenario.with_suffix(".paths")
+    listed.write_text("\n".join(paths) + "\n")
+    return listed
+
+
+def _load(
+    state: Path, seconds: float, *, clients: int = 8, paths: Path | None = None
+) -> dict[str, float]:
     endpoints = json.loads((state / "endpoints.json").read_text())
     url = endpoints["worker"] + (
         "/apis/worker.gpustack.ai/v1/namespaces/team-0/instances/inst-00000/metrics"
     )
+    spread = ["--paths", str(paths)] if paths is not None else []
     done = subprocess.run(
         [
             sys.executable,
@@ -162,9 +183,10 @@ def _load(state: Path, seconds: float) -> dict[str, float]:
             "--cert",
             str(state / "cluster" / "pki" / "front-proxy-client.pem"),
             "--clients",
-            "8",
+            str(clients),
             "--seconds",
             str(seconds),
+            *spread,
         ],
         check=True,
         capture_output=True,
@@ -208,6 +230,13 @@ def _one(
         load = _load(state, load_seconds)
         figures["worker_rps"] = load["requests"] / load["seconds"]
         figures["worker_p99_ms"] = load["p99_ms"]
+        spread = _load(
+            state, load_seconds, clients=SPREAD_CLIENTS, paths=_spread_paths(scenario, nodes)
+        )
+        figures["spread_rps"] = spread["requests"] / spread["seconds"]
+        figures["spread_p99_ms"] = spread["p99_ms"]
+        figures["spread_errors"] = spread["errors"]
+        figures["worker_after_spread"] = _footprint(state)["worker"]  # every node's figures read
     finally:
         down(state)
     how = ("one fleet process" if fleet else "a process per DM") + f", {period}"
@@ -217,7 +246,10 @@ def _one(
         f"up {figures['up_s']:6.1f} s{listening}   RSS: Device Managers "
         f"{figures['device-managers']:6.0f} MiB, stand-in {figures['cluster']:4.0f}, worker "
         f"{figures['worker']:4.0f}   worker 8 clients {figures['worker_rps']:5.0f} req/s "
-        f"p99 {figures['worker_p99_ms']:5.1f} ms"
+        f"p99 {figures['worker_p99_ms']:5.1f} ms; {SPREAD_CLIENTS} clients over {nodes} "
+        f"nodes' Instances {figures['spread_rps']:5.0f} req/s p99 "
+        f"{figures['spread_p99_ms']:5.1f} ms ({figures['spread_errors']:.0f} errors), worker "
+        f"then {figures['worker_after_spread']:.0f} MiB"
     )
     return figures
 

@@ -8,6 +8,10 @@ previous answer has been read in full. The HTTP is written by hand on asyncio's 
 general-purpose client (httpx) spent about as much CPU per request as the worker did, so on
 two cores the load measured the client as much as the server. Prints one JSON line: requests,
 seconds, errors, p50 and p99 latency in ms.
+
+``--paths FILE`` spreads the load: the clients take the file's paths (one per line) in turn
+instead of the URL's, every one of them read once before the clock starts (a console that
+polls every Instance, measured once its caches are warm).
 """
 
 from __future__ import annotations
@@ -77,10 +81,25 @@ async def _run(args: argparse.Namespace) -> dict[str, float]:
     context.load_cert_chain(args.cert)
     url = urlsplit(args.url)
     host, port = url.hostname or "localhost", url.port or 443
-    target = url.path + (f"?{url.query}" if url.query else "")
-    lines = [f"GET {target} HTTP/1.1", f"Host: {url.netloc}", "Accept: */*"]
-    lines += [f"{k}: {v}" for k, v in HEADERS.items()]
-    request = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+    targets = [url.path + (f"?{url.query}" if url.query else "")]
+    if args.paths:
+        with open(args.paths, encoding="utf-8") as listed:
+            targets = [line.strip() for line in listed if line.strip()]
+
+    def request_for(target: str) -> bytes:
+        lines = [f"GET {target} HTTP/1.1", f"Host: {url.netloc}", "Accept: */*"]
+        lines += [f"{k}: {v}" for k, v in HEADERS.items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+
+    requests = [request_for(t) for t in targets]
+    turn = 0
+
+    def next_request() -> bytes:
+        nonlocal turn
+        turn += 1
+        return requests[turn % len(requests)]
+
+    warming_up = list(requests) if len(requests) > 1 else []
     latencies: list[float] = []
     errors = 0
     warm = 0
@@ -92,14 +111,16 @@ async def _run(args: argparse.Namespace) -> dict[str, float]:
         nonlocal errors, warm
         connection = Connection(host, port, context)
         try:
-            await connection.get(request)  # connect and warm before the clock starts
+            await connection.get(requests[0])  # connect and warm before the clock starts
+            while warming_up:  # every path once, shared among the clients
+                await connection.get(warming_up.pop())
             warm += 1
             if warm == args.clients:
                 all_warm.set()
             await started.wait()
             while time.perf_counter() < stop_at:
                 start = time.perf_counter()
-                status = await connection.get(request)
+                status = await connection.get(next_request())
                 latencies.append(time.perf_counter() - start)
                 if status != 200:
                     errors += 1
@@ -137,6 +158,7 @@ def main() -> None:
     parser.add_argument("--cert", required=True, help="front-proxy client cert + key (PEM)")
     parser.add_argument("--clients", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--paths", help="a file of paths to read in turn instead of the URL's")
     print(json.dumps(asyncio.run(_run(parser.parse_args()))))
 
 
