@@ -25,6 +25,20 @@ async def asgi_get(
     method: str = "GET",
 ) -> tuple[int, bytes]:
     """Send one request to ``app``; return the status and the body it answered."""
+    status, _, body = await asgi_exchange(app, raw_path, headers, client=client, method=method)
+    return status, body
+
+
+async def asgi_exchange(
+    app: Any,
+    raw_path: bytes,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+    *,
+    client: tuple[str, int] | None = ("127.0.0.1", 40000),
+    method: str = "GET",
+    extensions: dict[str, Any] | None = None,
+) -> tuple[int, dict[bytes, bytes], bytes]:
+    """Send one request to ``app``; the status, the response headers and the body."""
     path_part, _, query = raw_path.partition(b"?")
     scope: dict[str, Any] = {
         "type": "http",
@@ -39,7 +53,7 @@ async def asgi_get(
         "headers": [(k.lower(), v) for k, v in headers],
         "client": client,
         "server": ("127.0.0.1", 32443),
-        "extensions": {},
+        "extensions": extensions or {},
     }
     sent: list[dict[str, Any]] = []
     delivered = False
@@ -58,4 +72,4 @@ async def asgi_get(
     await app(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return int(start["status"]), body
+    return int(start["status"]), dict(start.get("headers", [])), body

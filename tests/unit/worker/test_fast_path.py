@@ -13,7 +13,6 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 import httpx
 import pytest
@@ -21,6 +20,7 @@ import trio
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from asgi_probe import asgi_exchange
 from gpustack_kube.client import KubeClient
 from gpustack_kube.config import KubeConfig
 from gpustack_worker.api import Surface, build_app
@@ -71,40 +71,10 @@ def _cluster(request: httpx.Request) -> httpx.Response:
 async def _get(
     app: Any, raw_path: bytes, headers: Sequence[tuple[bytes, bytes]]
 ) -> tuple[int, dict[bytes, bytes], bytes]:
-    path, _, query = raw_path.partition(b"?")
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "https",
-        "path": unquote_to_bytes(path).decode("utf-8", "surrogateescape"),
-        "raw_path": path,
-        "query_string": query,
-        "root_path": "",
-        "headers": [(b"host", b"worker.local"), *headers],
-        "client": ("127.0.0.1", 40000),
-        "server": ("127.0.0.1", 32443),
-        "extensions": {"tls": {"client_cert_chain": [], "tls_version": "TLSv1.3"}},
-    }
-    sent: list[dict[str, Any]] = []
-    delivered = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        await trio.sleep_forever()
-        raise AssertionError("unreachable")
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], dict(start["headers"]), body
+    tls = {"tls": {"client_cert_chain": [], "tls_version": "TLSv1.3"}}
+    return await asgi_exchange(
+        app, raw_path, [(b"host", b"worker.local"), *headers], extensions=tls
+    )
 
 
 def _comparable(body: bytes) -> object:
