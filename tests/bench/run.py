@@ -133,6 +133,11 @@ def _ratio_table(figures: dict[str, float]) -> None:
         ("worker req/s, 8 clients vs 1", ratio("throughput_8_rps", "throughput_1_rps")),
         ("worker req/s, 32 clients vs 1", ratio("throughput_32_rps", "throughput_1_rps")),
         (
+            "worker at 32 clients: req/s, p99 ms",
+            f"{figures.get('throughput_32_rps', float('nan')):.0f}, "
+            f"{figures.get('throughput_32_p99_ms', float('nan')):.1f}",
+        ),
+        (
             "device-manager serve imports vs bare interpreter (CPU)",
             ratio("startup_dm", "startup_floor"),
         ),
@@ -162,6 +167,21 @@ def _ratio_table(figures: dict[str, float]) -> None:
             ratio("fleet_1000_device-managers", "fleet_100_device-managers"),
         ),
     ]
+    for size in sorted({int(k.split("_")[1]) for k in figures if k.startswith("fleet_")}):
+        rows.append(
+            (
+                f"fleet {size}: worker RSS MiB, settled / after reading every node",
+                f"{figures.get(f'fleet_{size}_worker', float('nan')):.0f} / "
+                f"{figures.get(f'fleet_{size}_worker_after_spread', float('nan')):.0f}",
+            )
+        )
+        rows.append(
+            (
+                f"fleet {size}: worker p99 ms, 8 clients one Instance / 32 every node's",
+                f"{figures.get(f'fleet_{size}_worker_p99_ms', float('nan')):.1f} / "
+                f"{figures.get(f'fleet_{size}_spread_p99_ms', float('nan')):.1f}",
+            )
+        )
     print()
     print(f"{'ratios (within this run)':<60} value")
     for name, value in rows:
