@@ -29,9 +29,8 @@ from gpustack_core.snapshot import Freshness
 from gpustack_kube.certs import CA_FILE
 from gpustack_kube.client import KubeClient, KubeError
 from gpustack_kube.config import KubeConfig, KubeConfigError, load_config
-from gpustack_kube.informer import Informer
 from gpustack_kube.kubelet import KubeletAccess, SummaryReader
-from gpustack_kube.paths import CONFIGMAPS, NODES, TOKEN_REVIEWS
+from gpustack_kube.paths import CONFIGMAPS, TOKEN_REVIEWS
 from gpustack_serving.certs import CertReloader, serving_hosts, serving_pair
 from gpustack_serving.config import hypercorn_config
 from gpustack_serving.signals import serve_until_signalled as until_signalled
@@ -46,7 +45,7 @@ from gpustack_worker.authn import (
     with_overrides,
 )
 from gpustack_worker.authz import Authorizer
-from gpustack_worker.held import held_node
+from gpustack_worker.held import node_informer
 from gpustack_worker.instances.controller import ControllerOptions, InstanceController
 from gpustack_worker.nodecapacity import run_node_capacity
 from gpustack_worker.nodefeatures import run_node_features
@@ -381,7 +380,7 @@ def _start_tasks(
     nodes = None
     if options.node_features or options.node_capacity or options.instance_controller:
         # One view of the Nodes for the three loops that follow them, held as they read it.
-        nodes = Informer(client, NODES.path(), decode=held_node)
+        nodes = node_informer(client)
         nursery.start_soon(nodes.run)
     if options.node_features:
         nursery.start_soon(

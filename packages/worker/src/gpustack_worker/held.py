@@ -17,6 +17,9 @@ from typing import Any, Final
 
 from gpustack_core import contract
 from gpustack_core.decoding import ContractError
+from gpustack_kube.client import KubeClient
+from gpustack_kube.informer import Informer
+from gpustack_kube.paths import NODES
 
 TEMPLATE_HASH: Final = "worker.gpustack.ai/pod-template-hash"
 """On a rendered Pod: the digest of what it was rendered as. A Pod whose digest differs from
@@ -90,6 +93,11 @@ def held_node(obj: dict[str, Any]) -> dict[str, Any]:
     if isinstance(status, dict):
         held["status"] = {k: status[k] for k in NODE_STATUS if k in status}
     return held
+
+
+def node_informer(client: KubeClient) -> Informer[dict[str, Any]]:
+    """Every Node, as ``held_node``: the one view the daemon shares among the loops."""
+    return Informer(client, NODES.path(), decode=held_node)
 
 
 def _metadata(obj: dict[str, Any], kind: str) -> dict[str, Any]:

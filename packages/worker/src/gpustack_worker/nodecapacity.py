@@ -32,7 +32,7 @@ from gpustack_kube.backoff import Backoff
 from gpustack_kube.client import KubeClient, KubeError, NotFound, PatchType
 from gpustack_kube.informer import Informer
 from gpustack_kube.paths import DEVICES, NODES
-from gpustack_worker.held import held_node
+from gpustack_worker.held import node_informer
 
 log = logging.getLogger("gpustack.worker.nodecapacity")
 
@@ -91,7 +91,7 @@ async def run_node_capacity(
     bases = dict(bases or {})
     owned = nodes is None
     if nodes is None:
-        nodes = Informer(client, NODES.path(), decode=held_node)
+        nodes = node_informer(client)
     devices: Informer[dict[str, Any]] = Informer(client, DEVICES.path())
     async with trio.open_nursery() as nursery:
         if owned:

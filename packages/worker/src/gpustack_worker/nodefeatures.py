@@ -40,8 +40,8 @@ from gpustack_core.quantity import parse_quantity
 from gpustack_kube.backoff import Backoff
 from gpustack_kube.client import AlreadyExists, KubeClient, KubeError, NotFound, retry_on_conflict
 from gpustack_kube.informer import Informer
-from gpustack_kube.paths import NODE_FEATURES, NODES
-from gpustack_worker.held import held_node
+from gpustack_kube.paths import NODE_FEATURES
+from gpustack_worker.held import node_informer
 
 log = logging.getLogger("gpustack.worker.nodefeatures")
 
@@ -152,7 +152,7 @@ async def run_node_features(
     """
     owned = nodes is None
     if nodes is None:
-        nodes = Informer(client, NODES.path(), decode=held_node)
+        nodes = node_informer(client)
     published: dict[str, dict[str, str]] = {}
     checked_at: float | None = None
     async with trio.open_nursery() as nursery:

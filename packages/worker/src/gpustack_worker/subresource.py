@@ -48,7 +48,7 @@ from gpustack_core.snapshot import (
     MonitorSnapshot,
     parse_snapshot,
 )
-from gpustack_core.usage import DeclaredTotals, PodUsage
+from gpustack_core.usage import PodUsage
 from gpustack_kube.client import ApiError, KubeClient, KubeError, abandon_body
 from gpustack_kube.paths import INSTANCES, POD_METRICS, PODS
 from gpustack_worker.summaries import SummaryCache
@@ -122,8 +122,6 @@ class _Inputs:
     namespace: str
     name: str
     instance: InstanceFacts
-    uid: str
-    fallback: DeclaredTotals
     pod: Pod | None
     wanted: tuple[str, ...]
     """The manufacturers the Pod holds accelerators of (empty when none, or not started)."""
@@ -306,8 +304,7 @@ async def _gather(sources: Sources, namespace: str, name: str, last: _Answer | N
     known = last.inputs if last is not None else None
     if known is not None and known.instance is not instance:
         known = None
-    uid, fallback = instance.uid, instance.fallback
-    pod = await _backing_pod(sources, namespace, name, uid)
+    pod = await _backing_pod(sources, namespace, name, instance.uid)
     if known is not None and known.pod is not pod:
         known = None
     summary: Summary | None = None
@@ -318,13 +315,13 @@ async def _gather(sources: Sources, namespace: str, name: str, last: _Answer | N
         summary, usage = await _usage(sources, pod, known)
         wanted = known.wanted if known is not None else _wanted(pod)
         snapshots = await _snapshots(sources, pod, wanted)
-    return _Inputs(namespace, name, instance, uid, fallback, pod, wanted, summary, usage, snapshots)
+    return _Inputs(namespace, name, instance, pod, wanted, summary, usage, snapshots)
 
 
 def _compose(sources: Sources, inputs: _Inputs, now: datetime) -> InstanceMetrics:
     result = instance_sample(
         pod=inputs.pod,
-        fallback=inputs.fallback,
+        fallback=inputs.instance.fallback,
         usage=inputs.usage,
         snapshots=inputs.snapshots,
         now=now,
@@ -333,7 +330,7 @@ def _compose(sources: Sources, inputs: _Inputs, now: datetime) -> InstanceMetric
     namespace, name = inputs.namespace, inputs.name
     for note in result.notes:
         log.info("%s/%s: %s", namespace, name, note)
-    meta = ObjectMeta(name=name, namespace=namespace, uid=inputs.uid)
+    meta = ObjectMeta(name=name, namespace=namespace, uid=inputs.instance.uid)
     return InstanceMetrics.of(meta, result.sample)
 
 

@@ -40,12 +40,11 @@ from gpustack_kube.paths import (
     INSTANCE_TYPES,
     INSTANCES,
     NETWORK_POLICIES,
-    NODES,
     PODS,
     SERVICES,
 )
 from gpustack_kube.workqueue import ShutDown, WorkQueue
-from gpustack_worker.held import TEMPLATE_HASH, held_node, held_pod
+from gpustack_worker.held import TEMPLATE_HASH, held_pod, node_informer
 from gpustack_worker.instances.render import (
     HOSTNAME_LABEL,
     INSTANCES_TYPE,
@@ -202,9 +201,7 @@ class InstanceController:
             client, INSTANCE_TYPES.path(), decode=instancetype_from_object
         )
         self._owns_nodes = nodes is None
-        self.nodes: Informer[dict[str, Any]] = nodes or Informer(
-            client, NODES.path(), decode=held_node
-        )
+        self.nodes: Informer[dict[str, Any]] = nodes or node_informer(client)
         self.settings_source: Informer[dict[str, Any]] = Informer(
             client,
             CONFIGMAPS.path(self.options.system_namespace),
