@@ -7,7 +7,8 @@
 - ``gpustack_serving`` imports only core and kube: what both daemons' secure ports share.
 - The daemons (``gpustack_devicemanager``, ``gpustack_worker``) never import each other, the
   simulator or the CLI.
-- The simulator imports no daemon and no CLI; only the CLI composes everything. The one
+- The simulator imports no daemon and no CLI (it serves its stand-ins through
+  ``gpustack_serving``, as the daemons do); only the CLI composes everything. The one
   exception is a module that plugs *into* a daemon (:data:`PLUGINS`): it may read that daemon's
   types and parsers, and the CLI hands it to the daemon through a seam the daemon declares.
 - Core does no I/O: besides the modules in :data:`NO_IO`, it calls none of the builtins that
@@ -47,7 +48,9 @@ ALLOWED: Final[dict[str, frozenset[str]]] = {
         {"gpustack_core", "gpustack_kube", "gpustack_serving", "gpustack_vendors"}
     ),
     "gpustack_worker": frozenset({"gpustack_core", "gpustack_kube", "gpustack_serving"}),
-    "gpustack_simulator": frozenset({"gpustack_core", "gpustack_kube", "gpustack_vendors"}),
+    "gpustack_simulator": frozenset(
+        {"gpustack_core", "gpustack_kube", "gpustack_serving", "gpustack_vendors"}
+    ),
     "gpustack_cli": frozenset(OURS),
 }
 PLUGINS: Final[dict[str, frozenset[str]]] = {

@@ -15,7 +15,8 @@ import trustme
 from cryptography import x509
 from hypercorn.config import Config
 
-from gpustack_worker.tls import ContextHolder, bind, presented_chain, serve_tls, server_context
+from gpustack_serving.connections import bind
+from gpustack_worker.tls import ContextHolder, presented_chain, serve_tls, server_context
 
 seen: list[dict[str, Any]] = []
 

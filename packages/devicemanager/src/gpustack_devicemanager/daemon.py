@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from hypercorn.trio import serve as hypercorn_serve
 
 from gpustack_core import contract
 from gpustack_core.modes import AllocationMode
@@ -45,6 +44,12 @@ from gpustack_kube.kubelet import KubeletAccess
 from gpustack_kube.paths import PODS
 from gpustack_serving.certs import CertReloader, serving_hosts, serving_pair
 from gpustack_serving.config import hypercorn_config, terminate_tls
+from gpustack_serving.connections import (
+    ConnectionFailures,
+    bind,
+    serve_connections,
+    ssl_connections,
+)
 from gpustack_serving.signals import serve_until_signalled as until_signalled
 from gpustack_vendors.model import Detection
 from gpustack_vendors.protocol import Backend
@@ -225,74 +230,92 @@ async def serve(
         key,
     )
     reloader = CertReloader(config.load, cert, key)
+    tls = config.create_ssl_context()  # kept by the config: a rotation reloads it in place
+    assert tls is not None  # terminate_tls set the pair
+    sock = bind(options.bind_address, options.secure_port)
+    failures = ConnectionFailures()
 
-    async with trio.open_nursery() as nursery:
-        client, informer, instances = _watch_cluster(nursery, options, kube)
-        instance_uids = _current_uids(instances)
+    with sock:  # closed however serving ends
+        async with trio.open_nursery() as nursery:
+            client, informer, instances = _watch_cluster(nursery, options, kube)
+            instance_uids = _current_uids(instances)
 
-        def node_pods() -> list[NodePod] | None:
-            if informer is None or not informer.synced:
-                return None
-            return informer.objects()
+            def node_pods() -> list[NodePod] | None:
+                if informer is None or not informer.synced:
+                    return None
+                return informer.objects()
 
-        def debug_state() -> dict[str, Any]:
-            published = holder.current
-            return {
-                "manufacturer": options.manufacturer,
-                "node": options.node_name,
-                "lastTick": published.completed_at,
-                "podsSynced": informer.synced if informer is not None else None,
-                "podsError": informer.last_error if informer is not None else None,
-                "certificateReloads": reloader.reloads,
-            }
+            def debug_state() -> dict[str, Any]:
+                published = holder.current
+                return {
+                    "manufacturer": options.manufacturer,
+                    "node": options.node_name,
+                    "lastTick": published.completed_at,
+                    "podsSynced": informer.synced if informer is not None else None,
+                    "podsError": informer.last_error if informer is not None else None,
+                    "certificateReloads": reloader.reloads,
+                    "connectionFailures": failures.count,
+                    "lastConnectionFailure": failures.last,
+                }
 
-        plugins = await _start_node_tasks(
-            nursery, options, backend, limiter, client, informer, node_pods
-        )
-
-        # What the monitor and the exporter read: each Pod's grants as far as the kubelet's
-        # record confirms them (the plugin and the publisher see the annotations as written).
-        measured_pods = _confirmed_pods(nursery, options, context, informer, node_pods)
-
-        monitored: Backend = backend
-        monitor_pods: PodsSource = measured_pods
-        if options.monitor_wrapper is not None:
-            monitored, monitor_pods = options.monitor_wrapper(backend, measured_pods)
-
-        await nursery.start(
-            lambda task_status: run_monitor(
-                monitored, holder, monitor_pods, context, limiter=limiter, task_status=task_status
+            plugins = await _start_node_tasks(
+                nursery, options, backend, limiter, client, informer, node_pods
             )
-        )
-        exposition = ExpositionHolder()
-        nursery.start_soon(
-            lambda: run_exporter(
-                ExporterSource(
-                    options.node_name,
-                    options.manufacturer,
-                    options.namespace,
-                    measured_pods,
-                    client,
+
+            # What the monitor and the exporter read: each Pod's grants as far as the kubelet's
+            # record confirms them (the plugin and the publisher see the annotations as written).
+            measured_pods = _confirmed_pods(nursery, options, context, informer, node_pods)
+
+            monitored: Backend = backend
+            monitor_pods: PodsSource = measured_pods
+            if options.monitor_wrapper is not None:
+                monitored, monitor_pods = options.monitor_wrapper(backend, measured_pods)
+
+            await nursery.start(
+                lambda task_status: run_monitor(
+                    monitored,
                     holder,
-                    kubelet=options.kubelet,
-                    node_address=options.node_address,
-                    instance_uids=instance_uids,
-                ),
-                exposition,
-                period=options.monitor_period,
+                    monitor_pods,
+                    context,
+                    limiter=limiter,
+                    task_status=task_status,
+                )
             )
-        )
-        app = build_app(holder, liveness, trio.current_time, debug_state, exposition)
-        urls = await nursery.start(
-            lambda task_status: hypercorn_serve(
-                app, config, shutdown_trigger=shutdown.wait, task_status=task_status
+            exposition = ExpositionHolder()
+            nursery.start_soon(
+                lambda: run_exporter(
+                    ExporterSource(
+                        options.node_name,
+                        options.manufacturer,
+                        options.namespace,
+                        measured_pods,
+                        client,
+                        holder,
+                        kubelet=options.kubelet,
+                        node_address=options.node_address,
+                        instance_uids=instance_uids,
+                    ),
+                    exposition,
+                    period=options.monitor_period,
+                )
             )
-        )
-        if options.cert_dir is not None:
-            nursery.start_soon(reloader.run)
-        task_status.started(Running(list(urls), holder, shutdown, informer, plugins))
-        await shutdown.wait()
-        nursery.cancel_scope.cancel()
+            app = build_app(holder, liveness, trio.current_time, debug_state, exposition)
+            urls = await nursery.start(
+                lambda task_status: serve_connections(
+                    app,
+                    config,
+                    [sock],
+                    ssl_connections(app, config, tls),
+                    shutdown=shutdown,
+                    failures=failures,
+                    task_status=task_status,
+                )
+            )
+            if options.cert_dir is not None:
+                nursery.start_soon(reloader.run)
+            task_status.started(Running(list(urls), holder, shutdown, informer, plugins))
+            await shutdown.wait()
+            nursery.cancel_scope.cancel()
     if client is not None:
         await client.aclose()
     await trio.to_thread.run_sync(backend.close)

@@ -33,6 +33,7 @@ from gpustack_kube.kubelet import KubeletAccess, SummaryReader
 from gpustack_kube.paths import CONFIGMAPS, TOKEN_REVIEWS
 from gpustack_serving.certs import CertReloader, serving_hosts, serving_pair
 from gpustack_serving.config import hypercorn_config
+from gpustack_serving.connections import bind
 from gpustack_serving.signals import serve_until_signalled as until_signalled
 from gpustack_worker.api import Surface, build_app
 from gpustack_worker.authn import (
@@ -51,7 +52,7 @@ from gpustack_worker.nodecapacity import run_node_capacity
 from gpustack_worker.nodefeatures import run_node_features
 from gpustack_worker.subresource import Sources, device_manager_client
 from gpustack_worker.summaries import SummaryCache
-from gpustack_worker.tls import ContextHolder, bind, serve_tls, server_context
+from gpustack_worker.tls import ContextHolder, serve_tls, server_context
 from gpustack_worker.views import Views
 
 log = logging.getLogger("gpustack.worker")

@@ -30,13 +30,18 @@ import trio
 from cryptography.hazmat.primitives.serialization import Encoding
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config
-from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ASGIFramework, ConnectionState, LifespanState
 from OpenSSL import SSL
 
 from gpustack_serving.config import ALPN as SERVING_ALPN
+from gpustack_serving.connections import (
+    ConnectionFailures,
+    ConnectionHandler,
+    peer_of,
+    serve_connections,
+)
 
 log = logging.getLogger("gpustack.worker.tls")
 
@@ -325,49 +330,34 @@ class ContextHolder:
     connections: int = field(default=0)
 
 
-async def _handle(
-    app: ASGIFramework,
-    config: Config,
-    worker: WorkerContext,
-    state: LifespanState,
-    holder: ContextHolder,
-    transport: trio.SocketStream,
-) -> None:
-    stream = TLSStream(transport, holder.current)
-    try:
-        with trio.fail_after(HANDSHAKE_TIMEOUT):
-            await stream.do_handshake()
-    except (trio.BrokenResourceError, trio.TooSlowError, trio.ClosedResourceError, OSError) as exc:
-        log.debug("TLS handshake with %s failed: %s", _peer(transport), exc)
-        await stream.aclose()
-        return
-    holder.connections += 1
-    per_connection = ASGIWrapper(_with_tls(app, tls_extension(stream)))
-    server = TCPServer(per_connection, config, worker, ConnectionState(state.copy()), stream)  # type: ignore[arg-type]
-    server.idle_task = IdleTimer(  # type: ignore[assignment]
-        config.keep_alive_timeout, worker.terminated, server._initiate_server_close
-    )
-    await server.run()
+def _handle(app: ASGIFramework, config: Config, holder: ContextHolder) -> ConnectionHandler:
+    """One connection: our TLS handshake, then hypercorn's protocol work with the chain in scope."""
 
+    async def handle(
+        worker: WorkerContext, state: LifespanState, transport: trio.SocketStream
+    ) -> None:
+        stream = TLSStream(transport, holder.current)
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT):
+                await stream.do_handshake()
+        except (
+            trio.BrokenResourceError,
+            trio.TooSlowError,
+            trio.ClosedResourceError,
+            OSError,
+        ) as exc:
+            log.debug("TLS handshake with %s failed: %s", peer_of(transport), exc)
+            await stream.aclose()
+            return
+        holder.connections += 1
+        per_connection = ASGIWrapper(_with_tls(app, tls_extension(stream)))
+        server = TCPServer(per_connection, config, worker, ConnectionState(state.copy()), stream)  # type: ignore[arg-type]
+        server.idle_task = IdleTimer(  # type: ignore[assignment]
+            config.keep_alive_timeout, worker.terminated, server._initiate_server_close
+        )
+        await server.run()
 
-def _peer(transport: trio.SocketStream) -> str:
-    try:
-        return str(transport.socket.getpeername())
-    except OSError:
-        return "?"
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket (port 0 picks one); dual-stack when ``host`` is ``::``."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if family == socket.AF_INET6 and host == "::":
-        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    sock.bind((host, port))
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
+    return handle
 
 
 async def serve_tls(
@@ -377,40 +367,20 @@ async def serve_tls(
     holder: ContextHolder,
     *,
     shutdown: trio.Event,
+    failures: ConnectionFailures | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` over our TLS on ``sockets`` until ``shutdown``; reports the URLs bound.
 
-    Mirrors hypercorn's own trio worker (lifespan first, graceful close after), with the
-    connection handler replaced by ours.
+    Each connection is contained (:func:`gpustack_serving.connections.serve_connections`): a
+    failure in one closes that one only.
     """
-    state: LifespanState = {}
-    wrapped = ASGIWrapper(app)
-    lifespan = Lifespan(wrapped, config, state)
-    worker = WorkerContext(None)
-    async with trio.open_nursery() as lifespan_nursery:
-        await lifespan_nursery.start(lifespan.handle_lifespan)
-        await lifespan.wait_for_startup()
-        async with trio.open_nursery() as connections:
-            listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in sockets]
-            async with trio.open_nursery() as accepting:
-                accepting.start_soon(
-                    partial(
-                        trio.serve_listeners,
-                        partial(_handle, app, config, worker, state, holder),
-                        listeners,
-                        handler_nursery=connections,
-                    )
-                )
-                task_status.started([_url(s) for s in sockets])
-                await shutdown.wait()
-                accepting.cancel_scope.cancel()
-            await worker.terminated.set()
-            connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
-        await lifespan.wait_for_shutdown()
-        lifespan_nursery.cancel_scope.cancel()
-
-
-def _url(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    await serve_connections(
+        app,
+        config,
+        sockets,
+        _handle(app, config, holder),
+        shutdown=shutdown,
+        failures=failures,
+        task_status=task_status,
+    )

@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 
 import trio
 from hypercorn.config import Config
-from hypercorn.trio import serve
 
+from gpustack_serving.connections import bind, serve_connections, ssl_connections
 from gpustack_simulator.cluster.app import build_app
 from gpustack_simulator.cluster.kubeconfig import kubeconfig, write_kubeconfig
 from gpustack_simulator.cluster.pki import ClusterPKI
@@ -146,7 +146,6 @@ async def serve_cluster(
     _bind(state, pod_addresses)
     state.set_worker(worker_url, str(worker_ca) if worker_ca is not None else None)
     config = Config()
-    config.bind = [f"{host}:{port}"]
     config.certfile = config.keyfile = str(pki.server)
     config.alpn_protocols = ["h2", "http/1.1"]
     config.accesslog = None
@@ -158,20 +157,33 @@ async def serve_cluster(
         from gpustack_simulator.fakekubelet.nodes import NodeKubelets  # noqa: PLC0415 — gRPC
 
         kubelets = NodeKubelets(state, kubelet_dir)
-    async with trio.open_nursery() as nursery:
-        if kubelets is not None:
-            await trio.to_thread.run_sync(kubelets.start)
-            nursery.start_soon(_kubelets_until, kubelets, shutdown)
-        binds = await nursery.start(
-            lambda task_status: serve(
-                build_app(state), config, shutdown_trigger=shutdown.wait, task_status=task_status
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise StandinError(f"cannot listen on {host}:{port}: {exc}") from exc
+    with sock:  # closed however serving ends
+        async with trio.open_nursery() as nursery:
+            if kubelets is not None:
+                await trio.to_thread.run_sync(kubelets.start)
+                nursery.start_soon(_kubelets_until, kubelets, shutdown)
+            app = build_app(state)
+            tls = config.create_ssl_context()
+            assert tls is not None  # certfile and keyfile are set above
+            binds = await nursery.start(
+                lambda task_status: serve_connections(
+                    app,
+                    config,
+                    [sock],
+                    ssl_connections(app, config, tls),
+                    shutdown=shutdown,
+                    task_status=task_status,
+                )
             )
-        )
-        url = binds[0].replace("http://", "https://", 1)
-        config_path = state_dir / KUBECONFIG
-        users = [(u.name, u.token) for u in expanded.users]
-        write_kubeconfig(config_path, kubeconfig(url, pki.ca, users, current="admin"))
-        task_status.started(RunningCluster(url, config_path, state, shutdown))
+            url = binds[0]
+            config_path = state_dir / KUBECONFIG
+            users = [(u.name, u.token) for u in expanded.users]
+            write_kubeconfig(config_path, kubeconfig(url, pki.ca, users, current="admin"))
+            task_status.started(RunningCluster(url, config_path, state, shutdown))
 
 
 async def _kubelets_until(kubelets: NodeKubelets, shutdown: trio.Event) -> None:

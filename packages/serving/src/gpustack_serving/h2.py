@@ -1,0 +1,92 @@
+"""hypercorn's HTTP/2 protocol with the closed-stream defects fixed.
+
+A server may answer before it has read the whole request (RFC 9113 §8.1: a 401, a 405, a
+413). hypercorn 0.18 then forgets the stream while the client is still sending its body, and
+the next DATA frame for it raises ``KeyError`` out of the connection's task group — past the
+connection, through ``trio.serve_listeners``, ending the whole server. One unauthenticated
+``POST`` with a body was enough to stop a daemon.
+
+:class:`HardenedH2Protocol` does what the RFC asks instead:
+
+* DATA for a stream the server has finished is acknowledged (its bytes are returned to the
+  connection's flow-control window, so other streams keep moving) and dropped;
+* once the complete response is out and the client is still sending, the stream is reset with
+  ``NO_ERROR`` — "stop sending, the answer is out" — so the client stops uploading;
+* the sending task tolerates a stream that disappeared between being scheduled and being sent.
+
+hypercorn chooses its HTTP/2 class by the name ``H2Protocol`` in ``hypercorn.protocol`` when a
+connection negotiates ``h2``; :func:`install` points that name at this class, once per
+process, for every server in it. :mod:`gpustack_serving.connections` also contains any failure
+to its own connection, so a defect this does not cover costs one connection, never the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import h2.errors
+import h2.events
+import h2.exceptions
+import hypercorn.protocol
+from h2.stream import StreamState
+from hypercorn.protocol.h2 import H2Protocol
+from priority.priority import MissingStreamError
+
+log = logging.getLogger("gpustack.serving.h2")
+
+_UPSTREAM = H2Protocol
+
+
+class HardenedH2Protocol(H2Protocol):
+    """hypercorn's ``H2Protocol`` that survives a request body outliving its response."""
+
+    async def _handle_events(self, events: list[h2.events.Event]) -> None:
+        # Events are handled one at a time: a stream opened by an earlier event of the same
+        # batch must be known before its DATA is judged orphaned.
+        for event in events:
+            if isinstance(event, h2.events.DataReceived) and event.stream_id not in self.streams:
+                self._discard(event)
+                continue
+            await super()._handle_events([event])
+
+    def _discard(self, event: h2.events.DataReceived) -> None:
+        """Return an orphaned DATA frame's bytes to the window, drop them, stop the upload.
+
+        Once the answer's END_STREAM is out (the stream is half-closed on our side), RFC 9113
+        §8.1 lets the server ask the client to abort the rest of its body with ``NO_ERROR``.
+        Before that (the answer is still being flushed) the bytes are only dropped: a reset
+        then would cut the answer short.
+        """
+        stream_id = event.stream_id
+        try:
+            self.connection.acknowledge_received_data(event.flow_controlled_length, stream_id)
+            stream = self.connection.streams.get(stream_id)
+            if stream is not None and stream.state_machine.state is StreamState.HALF_CLOSED_LOCAL:
+                self.connection.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+        except h2.exceptions.H2Error as exc:  # the stream or connection is going already
+            log.debug("h2: orphaned DATA on stream %s: %s", stream_id, exc)
+
+    async def _send_data(self, stream_id: int) -> None:
+        if stream_id not in self.stream_buffers:  # finished between scheduling and sending
+            with contextlib.suppress(MissingStreamError):
+                self.priority.remove_stream(stream_id)
+            return
+        await super()._send_data(stream_id)
+
+
+def install() -> None:
+    """Make every hypercorn server in this process negotiate ``h2`` with the hardened class.
+
+    Idempotent. Raises ``RuntimeError`` if hypercorn no longer picks its class by that name,
+    so an upgrade that would silently bypass the fix fails loudly instead.
+    """
+    current = getattr(hypercorn.protocol, "H2Protocol", None)
+    if current is HardenedH2Protocol:
+        return
+    if current is not _UPSTREAM:
+        raise RuntimeError(
+            "hypercorn.protocol.H2Protocol is not the class this fix derives from; "
+            "re-check gpustack_serving.h2 against the installed hypercorn"
+        )
+    setattr(hypercorn.protocol, "H2Protocol", HardenedH2Protocol)  # noqa: B010 — the name is the seam

@@ -1,0 +1,121 @@
+"""One HTTP/2 request with a body must not end a daemon: every listener, over real TLS.
+
+The attack (issue #28): an unauthenticated ``POST`` of 1 MiB over HTTP/2 to a path the server
+refuses at once (the worker's ``401``, a Device Manager's ``405``). The server answered before
+the body had arrived; the next DATA frame met a stream hypercorn had forgotten, raised
+``KeyError`` out of the connection and ended the whole process — the worker (and with it the
+fail-closed Pod webhook) or a fleet process hosting every simulated Device Manager.
+
+Each case sends that request over a raw HTTP/2 connection that keeps sending after the answer
+(:class:`h2_probe.H2Probe`), then asks a second question *on the same connection*, then a
+fresh one: the answer is complete (END_STREAM, then RST_STREAM NO_ERROR, RFC 9113 §8.1), the
+connection keeps serving, and the daemon is alive. On main before the fix, each case failed:
+the in-process daemons with ``KeyError: 1`` out of ``serve``, the Device Manager process exited.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import h2.errors
+import httpx
+import pytest
+import trio
+from dm_stack import open_stack
+from worker_stack import WorkerStack, open_worker_stack
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from h2_probe import H2Probe
+
+BODY = 1 << 20
+
+
+async def attack_then_ask(
+    url: str,
+    method: str,
+    path: str,
+    then: str,
+    status: int,
+    headers: list[tuple[str, str]] | None = None,
+) -> None:
+    """The attack, a second request on the same connection, and a fresh connection's answer.
+
+    ``headers`` go with the second and third requests only (the attack is anonymous).
+    """
+    headers = headers or []
+    probe = await H2Probe.open(url)
+    try:
+        with trio.fail_after(30):
+            answer = await probe.upload(method, path, BODY)
+            assert answer.status == status, bytes(answer.body[:200])
+            assert answer.ended, "the answer was cut short"
+            # Either the whole body was read, or the server asked us to stop without error.
+            assert answer.reset in (None, h2.errors.ErrorCodes.NO_ERROR)
+            again = await probe.get(then, headers)
+            assert (again.status, again.ended) == (200, True), bytes(again.body[:200])
+            assert not probe.closed
+    finally:
+        await probe.aclose()
+    async with httpx.AsyncClient(verify=False, trust_env=False, http2=True) as client:
+        with trio.fail_after(10):
+            fresh = await client.get(url + then, headers=headers)
+    assert fresh.status_code == 200
+
+
+@pytest.fixture
+async def worker(tmp_path: Path) -> AsyncIterator[WorkerStack]:
+    async with open_worker_stack("nvidia-mixed", tmp_path) as stack:
+        yield stack
+
+
+async def test_device_manager_survives_an_h2_upload_to_a_refused_method(tmp_path: Path) -> None:
+    async with open_stack("nvidia-mixed", tmp_path) as stack:
+        await attack_then_ask(stack.url, "POST", "/monitor/snapshot", "/readyz", 405)
+        await attack_then_ask(stack.url, "PUT", "/metrics", "/readyz", 405)
+        assert not stack.daemon.shutdown.is_set()
+
+
+async def test_worker_secure_port_survives_an_unauthenticated_h2_upload(
+    worker: WorkerStack,
+) -> None:
+    await attack_then_ask(worker.url, "POST", "/no-such-path", "/healthz", 401)
+    await attack_then_ask(
+        worker.url, "POST", "/apis/worker.gpustack.ai/v1/namespaces/a/instances", "/healthz", 401
+    )
+
+
+async def test_worker_webhook_survives_an_h2_upload_that_is_not_an_admission_review(
+    worker: WorkerStack,
+) -> None:
+    """The Pod webhook shares the secure port; a body it cannot read is a 400, then it serves."""
+    await attack_then_ask(worker.url, "POST", "/mutate-v1-pod", "/healthz", 400)
+    await attack_then_ask(worker.url, "POST", "/validate-v1-pod", "/healthz", 400)
+
+
+async def test_device_manager_process_survives_and_keeps_its_figures(
+    worker: WorkerStack,
+) -> None:
+    """A Device Manager as a node runs it (its own process): alive, and still answering."""
+    manager = worker.device_managers[0]
+    await attack_then_ask(manager.url, "POST", "/monitor/snapshot", "/readyz", 405)
+    await trio.sleep(0.2)
+    assert manager.process.returncode is None
+    async with httpx.AsyncClient(verify=False, trust_env=False) as client:
+        snapshot = await client.get(manager.url + "/monitor/snapshot")
+    assert snapshot.status_code == 200
+    assert snapshot.json()["groups"]
+
+
+async def test_the_cluster_standin_survives_it_too(worker: WorkerStack) -> None:
+    """The demo's API server stand-in serves through the same contained loop."""
+    token = next(u.token for u in worker.cluster.state.expanded.users if u.name == "admin")
+    await attack_then_ask(
+        worker.cluster.url,
+        "POST",
+        "/api/v1/namespaces",
+        "/version",
+        401,
+        [("authorization", f"Bearer {token}")],
+    )
