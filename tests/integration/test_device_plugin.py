@@ -160,7 +160,9 @@ def device_manager(cluster: RunningCluster) -> KubeConfig:
 
 
 @asynccontextmanager
-async def stack(tmp_path: Path, manufacturer: str, inventory: Inventory) -> AsyncIterator[Stack]:
+async def stack(
+    tmp_path: Path, manufacturer: str, inventory: Inventory, *, identify_seconds: float = 1.0
+) -> AsyncIterator[Stack]:
     # Unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer.
     short = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))
     kubelet = FakeKubelet(short / "device-plugins", short / "pod-resources")
@@ -184,7 +186,7 @@ async def stack(tmp_path: Path, manufacturer: str, inventory: Inventory) -> Asyn
                 client,
                 lambda: informer.objects() if informer.synced else None,
                 pod_resources_socket=kubelet.pod_resources_socket,
-                identify_seconds=1.0,
+                identify_seconds=identify_seconds,
             )
             nursery.start_soon(follow_pods, informer.wait_changed, allocator)
             options = PluginOptions(
@@ -454,9 +456,9 @@ async def test_foreign_ids_and_unknown_pods_are_refused(tmp_path: Path) -> None:
                 "main",
             )
         assert foreign.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-        assert (
-            foreign.value.details()
-            == "device IDs a10g:GPU-9:0000 name no nvidia group on this node"
+        assert foreign.value.details() == (
+            "1 of 1 device IDs were not advertised as Exclusive tokens of this node: "
+            "'a10g:GPU-9:0000'"
         )
 
         with pytest.raises(grpc.RpcError) as nobody:
@@ -470,7 +472,7 @@ async def test_foreign_ids_and_unknown_pods_are_refused(tmp_path: Path) -> None:
         assert nobody.value.code() is grpc.StatusCode.FAILED_PRECONDITION
         assert nobody.value.details() == (
             "no Pod on node plugin-node awaits 2 nvidia.com/gpu.shared "
-            "(device IDs h100:GPU-0:0001, h100:GPU-1:0001)"
+            "(device IDs 'h100:GPU-0:0001', 'h100:GPU-1:0001')"
         )
         pod = await s.client.get(PODS.path(NAMESPACE, "foreign"))
         assert contract.ALLOCATION_ANNOTATION not in pod["metadata"].get("annotations", {})

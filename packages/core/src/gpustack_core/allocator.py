@@ -32,7 +32,15 @@ from gpustack_core.allocation import AllocatedAccelerator, ContainerAllocation, 
 from gpustack_core.devices import AcceleratorSpec, GroupSpec
 from gpustack_core.modes import RELEASED_BY_TERMINATION, TERMINATED_PHASES, AllocationMode
 from gpustack_core.resources import SHARES_PER_ACCELERATOR
-from gpustack_core.tokens import FUNGIBLE, TokenID, parse_token_id, pool, tokens_per_card
+from gpustack_core.tokens import (
+    FUNGIBLE,
+    TokenID,
+    listed,
+    parse_token_id,
+    pool,
+    shown,
+    tokens_per_card,
+)
 from gpustack_core.units import UNITS_PER_ACCELERATOR
 
 SHARE_UNITS = UNITS_PER_ACCELERATOR // SHARES_PER_ACCELERATOR
@@ -188,9 +196,40 @@ def health(node: Node, mode: AllocationMode) -> dict[str, bool]:
     return answer
 
 
+def advertised(groups: Iterable[GroupSpec], mode: AllocationMode) -> frozenset[str]:
+    """Every token ID of ``mode`` the groups' cards offer: what ListAndWatch sends."""
+    return frozenset(str(token) for group in groups for token in pool(group, mode))
+
+
+def screen(ids: Sequence[str], mode: AllocationMode, offered: frozenset[str]) -> Refusal | None:
+    """What the kubelet API calls an invalid request, decided before anything is looked up.
+
+    The kubelet only ever assigns IDs the plugin advertised, each once, at least one per
+    container; a request that breaks that did not come from a kubelet's own bookkeeping, so it
+    is refused ``InvalidArgument`` at once — not after waiting for a Pod that could never
+    match it. ``offered`` is :func:`advertised` for the request's mode.
+    """
+    if not ids:
+        return Refusal(Rule.MALFORMED, f"the {mode.api_name} request names no device IDs")
+    doubled = [text for text, count in Counter(ids).items() if count > 1]
+    if doubled:
+        return Refusal(Rule.MALFORMED, f"device ID {listed(doubled)} is asked more than once")
+    unknown = [text for text in ids if text not in offered]
+    if unknown:
+        return Refusal(
+            Rule.UNKNOWN_DEVICE,
+            f"{len(unknown)} of {len(ids)} device IDs were not advertised as {mode.api_name} "
+            f"tokens of this node: {listed(unknown)}",
+        )
+    return None
+
+
 def decide(node: Node, request: Request) -> Grant | Refusal:
     """Grant ``request`` on ``node``, or refuse it naming the rule."""
     tokens: list[TokenID] = []
+    doubled = [text for text, count in Counter(request.device_ids).items() if count > 1]
+    if doubled:
+        return Refusal(Rule.MALFORMED, f"device ID {listed(doubled)} is asked more than once")
     for text in request.device_ids:
         try:
             token = parse_token_id(text)
@@ -198,12 +237,13 @@ def decide(node: Node, request: Request) -> Grant | Refusal:
             return Refusal(Rule.MALFORMED, str(exc))
         if token.group != node.group.id or node.card(token.accelerator) is None:
             return Refusal(
-                Rule.UNKNOWN_DEVICE, f"device ID {text!r} names no card of group {node.group.id!r}"
+                Rule.UNKNOWN_DEVICE,
+                f"device ID {shown(text)} names no card of group {node.group.id!r}",
             )
         if token.number >= tokens_per_card(_card(node, token), request.mode):
             return Refusal(
                 Rule.UNKNOWN_DEVICE,
-                f"device ID {text!r} is outside the card's {request.mode.api_name} pool",
+                f"device ID {shown(text)} is outside the card's {request.mode.api_name} pool",
             )
         tokens.append(token)
     match request.mode:
@@ -427,9 +467,11 @@ __all__ = [
     "Refusal",
     "Request",
     "Rule",
+    "advertised",
     "decide",
     "health",
     "holdings",
     "live",
     "preferred",
+    "screen",
 ]

@@ -19,6 +19,7 @@ is split at its first and last colon only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from gpustack_core.devices import AcceleratorSpec, GroupSpec
@@ -51,14 +52,41 @@ def token_id(group: str, accelerator: str, number: int) -> str:
     return f"{group}:{accelerator}:{number:0{TOKEN_DIGITS}d}"
 
 
+MAX_SHOWN_ID_CHARS = 80
+"""An ID quoted in a message is cut to this many characters (the rest is counted)."""
+MAX_SHOWN_IDS = 4
+"""A message lists this many IDs and counts the rest."""
+
+
+def shown(text: str) -> str:
+    """``text`` quoted for a message, cut to :data:`MAX_SHOWN_ID_CHARS`.
+
+    IDs come from the kubelet's request, which anything that reaches the plugin's socket can
+    fill: a message quoting them whole would be as large as the request (the kubelet logs it
+    and writes it into the Pod's status), so each is cut and counted instead.
+    """
+    if len(text) <= MAX_SHOWN_ID_CHARS:
+        return repr(text)
+    return f"{text[:MAX_SHOWN_ID_CHARS]!r}… ({len(text)} characters)"
+
+
+def listed(ids: Sequence[str]) -> str:
+    """At most :data:`MAX_SHOWN_IDS` IDs, each :func:`shown`, and how many more there are."""
+    head = ", ".join(shown(text) for text in ids[:MAX_SHOWN_IDS])
+    more = len(ids) - MAX_SHOWN_IDS
+    return f"{head} and {more} more" if more > 0 else head
+
+
 def parse_token_id(text: str) -> TokenID:
     """Parse an ID; ``ValueError`` names the ID and what is wrong with it."""
     group, sep, rest = text.partition(":")
     accelerator, sep2, number = rest.rpartition(":")
     if not (sep and sep2 and group and accelerator):
-        raise ValueError(f"device ID {text!r} is not <group>:<accelerator>:<NNNN>")
+        raise ValueError(f"device ID {shown(text)} is not <group>:<accelerator>:<NNNN>")
     if len(number) != TOKEN_DIGITS or not number.isdigit():
-        raise ValueError(f"device ID {text!r}: token {number!r} is not {TOKEN_DIGITS} digits")
+        raise ValueError(
+            f"device ID {shown(text)}: token {shown(number)} is not {TOKEN_DIGITS} digits"
+        )
     return TokenID(group, accelerator, int(number))
 
 

@@ -10,14 +10,20 @@ re-read from the API server, merged with the container's siblings and written ba
 strategic-merge patch guarded by the Pod's ``resourceVersion``, and the container's injection
 is answered.
 
-Grants just written are kept as *reservations* until the Pod informer shows them, so the next
-``Allocate`` — which may arrive before the watch event — counts them.
+Before any of that, each container's IDs are screened as the kubelet API requires (at least
+one, none twice, every one advertised for the mode): a request that fails is ``InvalidArgument``
+at once, never a wait for a Pod that could not match it. A Sliced container whose Pod carries no
+``.sliced.units`` (the Pod webhook, which writes it, did not admit the Pod) is refused rather
+than charged a guess.
+
+What the node's Pods hold is counted through :class:`~.holdings.Ledger`: this process's own
+grants (so the next ``Allocate``, which may arrive before the watch event, counts them) and the
+annotations the kubelet's PodResources record backs — never a claim a tenant wrote itself.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -33,6 +39,7 @@ from gpustack_core.allocation import (
     AllocatedGroup,
     ContainerAllocation,
     encode_allocation,
+    grants,
     merge_container,
     parse_allocation,
 )
@@ -42,17 +49,20 @@ from gpustack_core.allocator import (
     Refusal,
     Request,
     Rule,
+    advertised,
     decide,
     live,
+    screen,
 )
 from gpustack_core.decoding import ContractError
-from gpustack_core.devices import AcceleratorSpec
-from gpustack_core.modes import TERMINATED_PHASES, AllocationMode
+from gpustack_core.devices import AcceleratorSpec, GroupSpec
+from gpustack_core.modes import AllocationMode
 from gpustack_core.pods import Pod, container_request, pod_from_object
 from gpustack_core.quantity import QuantityError
 from gpustack_core.resources import ResourceNames
-from gpustack_core.tokens import parse_token_id
+from gpustack_core.tokens import listed, parse_token_id
 from gpustack_core.units import ceil_fraction
+from gpustack_devicemanager.deviceplugin.holdings import Ledger
 from gpustack_devicemanager.deviceplugin.injection import Card, Injection, inject
 from gpustack_devicemanager.deviceplugin.plugin import AllocationRefusedError
 from gpustack_devicemanager.deviceplugin.state import PluginState, node_of
@@ -66,8 +76,6 @@ log = logging.getLogger("gpustack.devicemanager.deviceplugin")
 
 IDENTIFY_SECONDS = 5.0
 """How long to wait for the Pod informer to show the Pod the kubelet is admitting."""
-RESERVATION_SECONDS = 120.0
-"""A reservation the informer never confirms (the Pod was deleted meanwhile) is dropped."""
 POD_RESOURCES_TIMEOUT = 2.0
 DEFAULT_CORES_PERCENTAGE = 100
 
@@ -91,14 +99,6 @@ class Target(NamedTuple):
 
 
 @dataclass
-class _Reservation:
-    key: str
-    phase: str
-    allocation: dict[str, ContainerAllocation]
-    written_at: float
-
-
-@dataclass
 class Allocator:
     """One Device Manager's allocation path, shared by all its plugin servers."""
 
@@ -111,7 +111,10 @@ class Allocator:
     pod_resources_socket: Path | None = None
     identify_seconds: float = IDENTIFY_SECONDS
     lock: trio.Lock = field(default_factory=trio.Lock)
-    _reservations: dict[str, _Reservation] = field(default_factory=dict)
+    ledger: Ledger = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ledger = Ledger(self.manufacturer)
 
     # -- holdings -------------------------------------------------------------------------
 
@@ -127,37 +130,7 @@ class Allocator:
         self.state.set_slice_units(units)
 
     def _holdings(self, *, exclude_uid: str = "") -> list[Holding]:
-        entries = self.pods() or []
-        seen: set[str] = set()
-        held: list[Holding] = []
-        now = time.monotonic()
-        for entry in entries:
-            meta = entry.pod.metadata
-            seen.add(meta.uid)
-            if meta.uid == exclude_uid:
-                continue
-            key = f"{meta.namespace}/{meta.name}"
-            terminated = entry.pod.status.phase in TERMINATED_PHASES
-            from_pod = [
-                Holding(key, g.container, g.manufacturer, g.accelerator, terminated)
-                for g in entry.grants
-            ]
-            reserved = self._reservations.get(meta.uid)
-            if reserved is not None:
-                mine = _flatten(key, reserved.allocation, terminated)
-                if set(mine) <= set(from_pod):
-                    del self._reservations[meta.uid]  # the informer has caught up
-                else:
-                    from_pod = mine
-            held.extend(from_pod)
-        for uid, reserved in list(self._reservations.items()):
-            if uid in seen or uid == exclude_uid:
-                continue
-            if now - reserved.written_at > RESERVATION_SECONDS:
-                del self._reservations[uid]
-                continue
-            held.extend(_flatten(reserved.key, reserved.allocation, False))
-        return live(held, self.manufacturer)
+        return self.ledger.node(self.pods() or [], exclude_uid=exclude_uid)
 
     # -- identification -------------------------------------------------------------------
 
@@ -165,15 +138,28 @@ class Allocator:
         return self.names.plugin_resource(mode)
 
     async def _kubelet_assignments(self) -> dict[tuple[str, str, str], dict[str, set[str]]]:
-        """PodResources: (namespace, pod, container) → resource → device IDs; ``{}`` if none."""
+        """PodResources: (namespace, pod, container) → resource → device IDs; ``{}`` if none.
+
+        Every answer also becomes the record the holdings are checked against.
+        """
         socket = self.pod_resources_socket
         if socket is None or not socket.exists():
             return {}
         try:
-            return await trio.to_thread.run_sync(read_pod_resources, socket, POD_RESOURCES_TIMEOUT)
+            listed_ = await trio.to_thread.run_sync(
+                read_pod_resources, socket, POD_RESOURCES_TIMEOUT
+            )
         except grpc.RpcError as exc:
             log.info("PodResources unavailable at %s: %s", socket, exc)
             return {}
+        self.ledger.assigned = {
+            key: frozenset().union(*by_resource.values()) for key, by_resource in listed_.items()
+        }
+        return listed_
+
+    async def reread(self) -> None:
+        """Read PodResources afresh, the record grants are checked against (or keep the last)."""
+        await self._kubelet_assignments()
 
     async def identify(
         self, mode: AllocationMode, ids: Sequence[str], taken: set[tuple[str, str]]
@@ -213,14 +199,16 @@ class Allocator:
                 continue
             if pod.status.phase not in {"", "Pending"}:
                 continue
-            allocation = self._allocation_of(entry)
+            allocation = _parsed(entry)
             order = (*pod.spec.init_containers, *pod.spec.containers)
             for position, container in enumerate(order):
                 if (meta.uid, container.name) in taken:
                     continue
                 if assigned.get((meta.namespace, meta.name, container.name), {}).get(resource):
                     continue
-                if _holds(allocation.get(container.name), self.manufacturer, mode):
+                if self.ledger.holds(meta.uid, container.name, mode) or _holds(
+                    allocation.get(container.name), self.manufacturer, mode
+                ):
                     continue
                 try:
                     asked = container_request(pod, container.name, resource)
@@ -235,24 +223,13 @@ class Allocator:
             return None
         return min(candidates, key=lambda c: (c[0], c[1], c[2]))[3]
 
-    def _allocation_of(self, entry: NodePod) -> dict[str, ContainerAllocation]:
-        reserved = self._reservations.get(entry.pod.metadata.uid)
-        if reserved is not None:
-            return reserved.allocation
-        text = entry.pod.metadata.annotations.get(contract.ALLOCATION_ANNOTATION)
-        if text is None:
-            return {}
-        try:
-            return parse_allocation(text)
-        except ContractError:
-            return {}
-
     # -- the call -------------------------------------------------------------------------
 
     async def allocate(
         self, mode: AllocationMode, request: dp.AllocateRequest
     ) -> dp.AllocateResponse:
         """Answer one ``Allocate``; raises :class:`AllocationRefusedError` naming the rule."""
+        self._screen(mode, request)
         response = dp.AllocateResponse()
         taken: set[tuple[str, str]] = set()
         for ask in request.container_requests:
@@ -263,7 +240,7 @@ class Allocator:
                 raise AllocationRefusedError(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"no Pod on node {self.node_name} awaits {len(ids)} "
-                    f"{self._resource(mode)} (device IDs {', '.join(ids)})",
+                    f"{self._resource(mode)} (device IDs {listed(ids)})",
                 )
             if target is not None:
                 taken.add((target.pod.metadata.uid, target.container))
@@ -278,6 +255,19 @@ class Allocator:
                 )
         return response
 
+    def _screen(self, mode: AllocationMode, request: dp.AllocateRequest) -> None:
+        """Refuse the whole call at once when any container's IDs break the kubelet API."""
+        if not request.container_requests:
+            raise AllocationRefusedError(
+                grpc.StatusCode.INVALID_ARGUMENT, "the request names no container"
+            )
+        inventory, _, _ = self.state.read()
+        offered = advertised(inventory.groups, mode)
+        for ask in request.container_requests:
+            refusal = screen(tuple(ask.devices_ids), mode, offered)
+            if refusal is not None:
+                raise AllocationRefusedError(_STATUS[refusal.rule], refusal.message)
+
     async def _grant(
         self, mode: AllocationMode, ids: tuple[str, ...], target: Target | None
     ) -> Injection:
@@ -287,7 +277,7 @@ class Allocator:
         if group is None:
             raise AllocationRefusedError(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"device IDs {', '.join(ids)} name no {self.manufacturer} group on this node",
+                f"device IDs {listed(ids)} name no {self.manufacturer} group on this node",
             )
         if target is None or self.client is None:
             current: dict[str, ContainerAllocation] = {}
@@ -300,15 +290,23 @@ class Allocator:
             current = _annotation(pod_obj)
         uid = target.pod.metadata.uid if target is not None else ""
         others = self._holdings(exclude_uid=uid)
+        believed: list[Holding] = []
         if target is not None:
-            mine = [
-                h
-                for h in _flatten(target.key, current, target.pod.status.phase in TERMINATED_PHASES)
-                if not (h.container == target.container and h.accelerator.mode is mode)
-            ]
-            others.extend(live(mine, self.manufacturer))
+            # The Pod's own other grants, as far as a record backs them (not as annotated).
+            device_ids = {name: entry.device_ids for name, entry in current.items()}
+            believed = self.ledger.pod(target.pod, grants(current), device_ids)
+            others.extend(
+                live(
+                    [
+                        h
+                        for h in believed
+                        if not (h.container == target.container and h.accelerator.mode is mode)
+                    ],
+                    self.manufacturer,
+                )
+            )
         node = node_of(inventory, others, group)
-        answer = decide(node, self._request(mode, ids, target, current, group_id))
+        answer = decide(node, self._request(mode, ids, target, believed, group))
         if isinstance(answer, Refusal):
             raise AllocationRefusedError(
                 _STATUS.get(answer.rule, grpc.StatusCode.FAILED_PRECONDITION), answer.message
@@ -323,26 +321,38 @@ class Allocator:
         mode: AllocationMode,
         ids: tuple[str, ...],
         target: Target | None,
-        current: dict[str, ContainerAllocation],
-        group_id: str,
+        believed: Sequence[Holding],
+        group: GroupSpec,
     ) -> Request:
+        """The pure allocator's request: the Pod's units, profile or believed siblings.
+
+        Without a cluster there is no Pod to read, and the core's rule for a request without
+        units applies (the token count); nothing is recorded then, so nothing is charged.
+        """
         units: int | None = None
         profile: str | None = None
         siblings: tuple[AllocatedAccelerator, ...] = ()
         if target is not None:
             if mode is AllocationMode.SLICED:
                 units = self._quantity(target, self.names.sliced_units)
+                if units is None or units <= 0:
+                    raise AllocationRefusedError(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"Pod {target.key} container {target.container!r} asks "
+                        f"{self._resource(mode)} without a positive "
+                        f"{self.names.sliced_units} limit, which the GPUStack Pod webhook "
+                        "writes: the webhook did not admit this Pod, and a slice of unknown "
+                        "size is refused rather than charged",
+                    )
             elif mode is AllocationMode.PARTITIONED:
                 units = self._quantity(target, self.names.partitioned_units)
                 profile = self._profile(target)
             elif mode is AllocationMode.VISIBILITY:
+                cards = {card.id for card in group.accelerators}
                 siblings = tuple(
-                    a
-                    for name, entry in current.items()
-                    if name != target.container
-                    for g in entry.devices.groups
-                    if g.manufacturer == self.manufacturer and g.id in {"", group_id}
-                    for a in g.accelerators
+                    h.accelerator
+                    for h in believed
+                    if h.container != target.container and h.accelerator.id in cards
                 )
         return Request(mode, ids, units=units, profile=profile, siblings=siblings)
 
@@ -404,14 +414,14 @@ class Allocator:
             return merged
 
         try:
-            merged = await retry_on_conflict(write)
+            await retry_on_conflict(write)
         except KubeError as exc:
             raise AllocationRefusedError(
                 grpc.StatusCode.UNAVAILABLE,
                 f"could not record the allocation on Pod {target.key}: {exc}",
             ) from exc
-        self._reservations[target.pod.metadata.uid] = _Reservation(
-            target.key, target.pod.status.phase, merged, time.monotonic()
+        self.ledger.record(
+            target.pod.metadata.uid, target.key, target.container, mode, grant.accelerators
         )
         log.info(
             "allocated %s %s to %s container %r: %s",
@@ -467,7 +477,7 @@ def _group_of(ids: Sequence[str]) -> str:
     if len(groups) != 1:
         raise AllocationRefusedError(
             grpc.StatusCode.INVALID_ARGUMENT,
-            f"device IDs {', '.join(ids)} span {len(groups)} groups; one request is one group",
+            f"device IDs {listed(ids)} span {len(groups)} groups; one request is one group",
         )
     return groups.pop()
 
@@ -484,15 +494,15 @@ def _annotation(obj: dict[str, Any]) -> dict[str, ContainerAllocation]:
         return {}
 
 
-def _flatten(
-    key: str, allocation: dict[str, ContainerAllocation], terminated: bool
-) -> list[Holding]:
-    return [
-        Holding(key, container, group.manufacturer, accelerator, terminated)
-        for container in sorted(allocation)
-        for group in allocation[container].devices.groups
-        for accelerator in group.accelerators
-    ]
+def _parsed(entry: NodePod) -> dict[str, ContainerAllocation]:
+    """The Pod's annotation as written (only to skip containers that claim a grant already)."""
+    text = entry.pod.metadata.annotations.get(contract.ALLOCATION_ANNOTATION)
+    if text is None:
+        return {}
+    try:
+        return parse_allocation(text)
+    except ContractError:
+        return {}
 
 
 def _holds(entry: ContainerAllocation | None, manufacturer: str, mode: AllocationMode) -> bool:

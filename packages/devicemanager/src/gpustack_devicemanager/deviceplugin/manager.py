@@ -38,6 +38,12 @@ POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 WORKERS = 8
 """Threads per server: one is held by the kubelet's ListAndWatch stream for good."""
 REGISTER_TIMEOUT = 5.0
+SOCKET_MODE = 0o600
+"""A plugin socket is the kubelet's alone (it runs as root, as this daemon does): whoever can
+connect can ``Allocate``. gRPC binds it with the process umask, so the mode is set explicitly."""
+RECHECK_SECONDS = 5.0
+"""How often PodResources is read again when no Pod changed (it records an assignment once
+``Allocate`` answered, which no Pod event announces)."""
 
 
 def socket_name(manufacturer: str, mode: AllocationMode) -> str:
@@ -78,6 +84,7 @@ class _Served:
         add_device_plugin(server, self.plugin)
         server.add_insecure_port(unix_target(self.socket))
         server.start()
+        os.chmod(self.socket, SOCKET_MODE)  # bound with the umask's mode; the kubelet's only
         self.server = server
         self.serving = _identity(self.socket)
         self.registered_with = None
@@ -201,13 +208,23 @@ def _details(exc: grpc.RpcError) -> str:
     return str(exc)
 
 
-async def follow_pods(wait_changed: Callable[[], Awaitable[None]], allocator: Allocator) -> None:
+async def follow_pods(
+    wait_changed: Callable[[], Awaitable[None]],
+    allocator: Allocator,
+    *,
+    recheck: float = RECHECK_SECONDS,
+) -> None:
     """Recompute the node's holdings whenever the Pod informer changes, until cancelled.
 
     Every plugin's ListAndWatch reads those holdings, so a grant seen here (written by this
     Device Manager or released by a Pod finishing) reaches the kubelet as a health update.
+    The kubelet's PodResources record, which the holdings are checked against, is read again
+    first, and every ``recheck`` seconds when no Pod changed.
     """
+    await allocator.reread()
     allocator.refresh()
     while True:
-        await wait_changed()
+        with trio.move_on_after(recheck):
+            await wait_changed()
+        await allocator.reread()
         allocator.refresh()

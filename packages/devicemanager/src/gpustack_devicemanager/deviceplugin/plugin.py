@@ -31,10 +31,25 @@ shares on distinct cards and Sliced a card with units left, which the kubelet on
 asks."""
 
 
+MAX_REFUSAL_CHARS = 1024
+"""A refusal's message is cut to this length (the rest counted). The kubelet logs it and writes
+it into the Pod's status, and its words can echo the request: the IDs are already cut where
+they are quoted (:func:`gpustack_core.tokens.listed`), this bounds everything else."""
+
+
+def bounded(message: str) -> str:
+    """``message`` at most :data:`MAX_REFUSAL_CHARS` long."""
+    if len(message) <= MAX_REFUSAL_CHARS:
+        return message
+    tail = f"… ({len(message)} characters)"
+    return message[: MAX_REFUSAL_CHARS - len(tail)] + tail
+
+
 class AllocationRefusedError(Exception):
     """An allocation the plugin will not make; ``code`` is the gRPC status to answer with."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        message = bounded(message)
         super().__init__(message)
         self.code = code
         self.message = message
