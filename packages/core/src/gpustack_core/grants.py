@@ -4,6 +4,9 @@ One entry per grant, not per card. Every mode reports the same fields with the s
 the figures are **the Instance's own**: a whole card's for ``Exclusive``/``Shared``, a slice's
 quota and usage for ``Sliced``, a partition's own identity and figures for ``Partitioned``.
 Temperature, power and health are always the whole card's: a share has none of its own.
+
+No figure is taken on trust: one outside what a card can physically show (:mod:`.bounds`) is
+left out with ``invalid_data`` in the notes, as the reference's reasons table says.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import msgspec
+
+from gpustack_core import bounds
 from gpustack_core.allocation import Grant
 from gpustack_core.instance_metrics import AcceleratorMetrics
 from gpustack_core.modes import AllocationMode
@@ -95,7 +101,9 @@ def resolve(
                 f"{manufacturer}/{device_id}: granted separately to {containers}; "
                 "reporting the card's temperature, power and health only"
             )
-            entry = _card_wide(card, _grant_id(first), first)
+            entry, note = _card_wide(card, _grant_id(first), first)
+            if note:
+                notes.append(f"{manufacturer}/{device_id}: {note}")
         else:
             entry, note = _resolve_one(first, card, snapshot.slices, pod_uid, cores_caps)
             if note:
@@ -117,31 +125,28 @@ def _resolve_one(
         return _sliced(grant, card, section, pod_uid, cores_caps)
     if mode is AllocationMode.PARTITIONED:
         return _partitioned(grant, card, section, pod_uid)
-    total = card.memory if card.memory > 0 else None
+    total, total_note = bounds.card_memory(card.memory)
     used, memory_note = _physical(card.memory_usage, total, "memory")
     cores, cores_note = _physical(card.cores_utilization, CORES_CAPACITY, "cores")
-    return _entry(card, card.id, grant, total=total, used=used, cores=cores), _join(
-        memory_note, cores_note
-    )
+    entry, card_note = _entry(card, card.id, grant, total=total, used=used, cores=cores)
+    return entry, _join(total_note, memory_note, cores_note, card_note)
 
 
-CORES_CAPACITY = 100
+CORES_CAPACITY = bounds.PERCENT_CAPACITY
 """A whole card's compute utilization, in percent, can be no more than all of it."""
 
 
 def _physical(value: int | None, capacity: int | None, what: str) -> tuple[int | None, str]:
-    """``value`` when it fits the physical ``capacity`` it is measured against, else absent.
+    """``value`` when it fits, from 0 to the physical ``capacity`` it is measured against.
 
     A figure larger than what it measures (10^12 MiB used on a 40 GiB card, 300 % of a card's
-    compute) is no measurement: it is dropped with ``invalid_data`` and noted, never
-    published. Usage over a *slice's quota* is legitimate and not checked here; the card's own
-    capacity is the bound. With no stated capacity nothing can be checked.
+    compute) or below nothing (a negative reading) is no measurement: it is dropped with
+    ``invalid_data`` and noted, never published. Usage over a *slice's quota* is legitimate and
+    not checked here; the card's own capacity is the bound. With no stated capacity the
+    physical ceiling of any card's memory is (:data:`~.bounds.MAX_CARD_MEMORY_MIB`).
     """
-    if value is None or capacity is None or capacity <= 0 or value <= capacity:
-        return value, ""
-    return None, (
-        f"{what}: {SectionReason.INVALID_DATA}: {value} exceeds the physical capacity {capacity}"
-    )
+    ceiling = capacity if capacity is not None and capacity > 0 else bounds.MAX_CARD_MEMORY_MIB
+    return bounds.within(value, 0, ceiling, what)
 
 
 def _join(*notes: str) -> str:
@@ -155,14 +160,15 @@ def _sliced(
     pod_uid: str,
     cores_caps: CoresCaps,
 ) -> tuple[AcceleratorMetrics, str]:
-    total = slice_memory_mib(grant.accelerator.allocated, card.memory)
+    card_total, total_note = bounds.card_memory(card.memory)
+    total = slice_memory_mib(grant.accelerator.allocated, card_total or 0)
     used, cores, note = _slice_figures(grant, card.id, section, pod_uid)
-    used, memory_note = _physical(used, card.memory if card.memory > 0 else None, "memory")
+    used, memory_note = _physical(used, card_total, "memory")
     cores, cores_note = _physical(cores, CORES_CAPACITY, "cores")
     if cores is not None:
         cores = restate_against_cap(cores, cores_caps.get((grant.container, grant.manufacturer), 0))
-    entry = _entry(card, card.id, grant, total=total, used=used, cores=cores)
-    return entry, _join(note, memory_note, cores_note)
+    entry, card_note = _entry(card, card.id, grant, total=total, used=used, cores=cores)
+    return entry, _join(note, total_note, memory_note, cores_note, card_note)
 
 
 def _partitioned(
@@ -180,13 +186,14 @@ def _partitioned(
         )
     if record is None:
         note = _unreadable_reason(section) or "no partition record in the snapshot"
-        return _entry(card, partition_id, grant, total=None, used=None, cores=None), note
+        entry, card_note = _entry(card, partition_id, grant, total=None, used=None, cores=None)
+        return entry, _join(note, card_note)
     note = "; ".join(
         f"{what}: {reason}"
         for what, reason in (("memory", record.memory_reason), ("cores", record.cores_reason))
         if reason
     )
-    card_memory = card.memory if card.memory > 0 else None
+    card_memory, card_total_note = bounds.card_memory(card.memory)
     total, total_note = _physical(record.memory_total_mib, card_memory, "partition memory")
     used, memory_note = _physical(
         None if record.memory_reason else record.memory_used_mib,
@@ -198,8 +205,8 @@ def _partitioned(
         CORES_CAPACITY,
         "cores",
     )
-    entry = _entry(card, partition_id, grant, total=total, used=used, cores=cores)
-    return entry, _join(note, total_note, memory_note, cores_note)
+    entry, card_note = _entry(card, partition_id, grant, total=total, used=used, cores=cores)
+    return entry, _join(note, card_total_note, total_note, memory_note, cores_note, card_note)
 
 
 def _slice_figures(
@@ -261,31 +268,32 @@ def _entry(
     total: int | None,
     used: int | None,
     cores: int | None,
-) -> AcceleratorMetrics:
-    return AcceleratorMetrics(
-        id=entry_id,
-        mode=grant.accelerator.mode.api_name,
+) -> tuple[AcceleratorMetrics, str]:
+    """The entry, with the card's temperature and power as far as they are physical."""
+    entry, note = _card_wide(card, entry_id, grant)
+    return msgspec.structs.replace(
+        entry,
         memory_total_mib=total,
         memory_used_mib=used,
         memory_utilization_percent=(
             percent_of(used, total) if used is not None and total is not None else None
         ),
         cores_utilization_percent=cores,
-        temperature_celsius=card.temperature,
-        power_usage_watts=card.power_usage,
-        unhealthy=card.unhealthy,
-    )
+    ), note
 
 
-def _card_wide(card: CardFigures, entry_id: str, grant: Grant) -> AcceleratorMetrics:
+def _card_wide(card: CardFigures, entry_id: str, grant: Grant) -> tuple[AcceleratorMetrics, str]:
     """An entry that cannot hold any one grant's figures: identity and card-wide state only."""
-    return AcceleratorMetrics(
+    temperature, temperature_note = bounds.temperature(card.temperature)
+    power, power_note = bounds.power(card.power_usage)
+    entry = AcceleratorMetrics(
         id=entry_id,
         mode=grant.accelerator.mode.api_name,
-        temperature_celsius=card.temperature,
-        power_usage_watts=card.power_usage,
+        temperature_celsius=temperature,
+        power_usage_watts=power,
         unhealthy=card.unhealthy,
     )
+    return entry, _join(temperature_note, power_note)
 
 
 def _grant_id(grant: Grant) -> str:
