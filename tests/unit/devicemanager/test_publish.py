@@ -6,18 +6,27 @@ version encoding) or are the walkthrough's.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pytest
+import trio
+
 from gpustack_core.features import Card, acceleratable_labels, groups_from_cards
 from gpustack_devicemanager.publish import (
+    Publisher,
     cards_of,
     detected_groups,
     devices_labels,
     merged_groups,
     merged_labels,
     nodefeature_body,
+    run_publisher,
 )
+from gpustack_kube.client import KubeClient
+from gpustack_kube.config import KubeConfig
 from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay.backends import replay_backend
 
@@ -131,3 +140,74 @@ def test_nodefeature_body_is_what_nfd_master_needs() -> None:
     assert made["metadata"]["name"] == "node-a10g-gpustack-device-manager"
     assert made["metadata"]["labels"] == {"nfd.node.kubernetes.io/node-name": "node-a10g"}
     assert made["spec"] == {"labels": {"a": "b"}}
+
+
+# -- each publication stands alone ---------------------------------------------------------------
+
+
+class NoNfdApi:
+    """An API server without Node Feature Discovery: ``nfd.k8s-sigs.io`` is not served.
+
+    The 404 is kube-apiserver's own for a group it does not serve (a text body, not a Status),
+    which is what the real server answered the first time the Device Manager ran against it.
+    """
+
+    def __init__(self) -> None:
+        self.devices: dict[str, Any] | None = None
+        self.requests: list[tuple[str, str]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        self.requests.append((request.method, path))
+        if path.startswith("/apis/nfd.k8s-sigs.io/"):
+            return httpx.Response(404, text="404 page not found\n")
+        if path == "/api/v1/nodes/gpu-node-1":
+            return httpx.Response(200, json={"kind": "Node", "metadata": {
+                "name": "gpu-node-1", "uid": "node-uid", "labels": {}}})  # fmt: skip
+        if path == "/apis/worker.gpustack.ai/v1alpha1/devices/gpu-node-1" and request.method == "GET":
+            if self.devices is None:
+                return httpx.Response(404, json={"kind": "Status", "code": 404,
+                                                 "reason": "NotFound", "message": "not found"})  # fmt: skip
+            return httpx.Response(200, json=self.devices)
+        if path == "/apis/worker.gpustack.ai/v1alpha1/devices" and request.method == "POST":
+            self.devices = json.loads(request.content)
+            return httpx.Response(201, json=self.devices)
+        return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound",
+                                         "message": f"unexpected {request.method} {path}"})  # fmt: skip
+
+
+async def test_devices_are_published_when_the_nodefeature_api_is_not_served(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Without NFD, the Devices (what node capacity and the Pod webhook read) still appear.
+
+    Before: the NodeFeature write and the Devices writes shared one try-block, so the 404 of
+    the NFD group ended every round before the Devices were written — zero writes, forever.
+    """
+    backend = replay_backend(load_recording(RECORDINGS / "nvidia/h100-mixed.yaml"))
+    try:
+        grouped = detected_groups(backend.detect())
+    finally:
+        backend.close()
+    api = NoNfdApi()
+    config = KubeConfig("https://api.invalid", None, None, None, False, "default")
+    async with KubeClient(config, transport=httpx.MockTransport(api)) as client:
+        publisher = Publisher(client, "gpu-node-1", "nvidia", "gpustack-system", grouped.groups)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(
+                    lambda task_status: run_publisher(
+                        publisher,
+                        lambda: [],
+                        trio.sleep_forever,
+                        period=3600,
+                        task_status=task_status,
+                    )
+                )
+                nursery.cancel_scope.cancel()
+    assert api.devices is not None, api.requests
+    assert [g["id"] for g in api.devices["spec"]["groups"]] == [g.id for g in grouped.groups]
+    assert publisher.nodefeature_error is not None
+    assert "404" in publisher.nodefeature_error
+    warnings = [r for r in caplog.records if "NodeFeature failed" in r.getMessage()]
+    assert len(warnings) == 1

@@ -19,7 +19,8 @@ INSTANCE_MANAGED_BY_LABEL: Final = "worker.gpustack.ai/managed-by"
 worker's Instance controller does; any other value hands the Instance to that manager (the
 pattern of a Job's ``spec.managedBy``) and the worker neither renders nor writes it — the
 simulator's scenarios mark their pre-rendered Instances so."""
-INSTANCE_CONTROLLER: Final = "worker.gpustack.ai/instance-controller"
+INSTANCE_CONTROLLER: Final = "instance-controller.worker.gpustack.ai"
+"""A label value, so no ``/``: kube-apiserver refuses one (found by running on the real server)."""
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 DEVICE_MANAGER_COMPONENT: Final = "device-manager"
 """``app.kubernetes.io/component`` of the Device Manager Pods."""

@@ -217,6 +217,9 @@ class Publisher:
     reported: set[str] = field(default_factory=set)
     writes: int = 0
     """Writes sent (creates, updates); tests and ``/debug`` read it to prove "no write"."""
+    nodefeature_error: str | None = None
+    """Why the NodeFeature was last not written (no NFD CRD, no permission); ``None`` once it
+    is. It never holds up the ``Devices``: each publication stands alone."""
 
     async def read_node(self) -> None:
         """The Node's UID (for ownerReferences) and the labels its Devices copies."""
@@ -358,6 +361,31 @@ PodsView = Callable[[], list[NodePod] | None]
 """The node's Pods once the informer has synced; ``None`` before."""
 
 
+async def _nodefeature_alone(publisher: Publisher) -> None:
+    """Write the NodeFeature; a failure is logged when it changes and stops nothing else.
+
+    Without Node Feature Discovery the ``nfd.k8s-sigs.io`` API is not served (404 for the
+    whole group). The ``Devices`` (what node capacity and the Pod webhook read) must be
+    published all the same, so this failure is kept apart from theirs.
+    """
+    try:
+        await publisher.publish_nodefeature()
+    except (KubeError, ValueError) as exc:
+        message = str(exc)
+        if message != publisher.nodefeature_error:
+            log.warning(
+                "publishing %s's NodeFeature failed (%s); its Devices are published without "
+                "it, and the NodeFeature is retried every period",
+                publisher.node,
+                message,
+            )
+        publisher.nodefeature_error = message
+        return
+    if publisher.nodefeature_error is not None:
+        log.info("published %s's NodeFeature", publisher.node)
+    publisher.nodefeature_error = None
+
+
 async def run_publisher(
     publisher: Publisher,
     pods: PodsView,
@@ -382,7 +410,7 @@ async def run_publisher(
             now = trio.current_time()
             if checked_at is None or now - checked_at >= period:
                 await publisher.read_node()  # its labels change: the worker's CPU keys
-                await publisher.publish_nodefeature()
+                await _nodefeature_alone(publisher)
                 await publisher.publish_spec()
                 publisher.written_status = None  # re-read the status too, once a period
                 checked_at = now

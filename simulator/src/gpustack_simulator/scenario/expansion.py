@@ -72,7 +72,7 @@ from gpustack_simulator.scenario.validation import (
     _uid,
 )
 
-SCENARIO_MANAGER = "simulator.gpustack.ai/scenario"
+SCENARIO_MANAGER = "scenario.simulator.gpustack.ai"
 """``worker.gpustack.ai/managed-by`` of a scenario's own Instances: their Pods are the
 scenario's, so the worker's Instance controller leaves them be."""
 
