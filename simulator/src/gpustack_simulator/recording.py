@@ -27,7 +27,8 @@ import yaml
 
 from gpustack_core.decoding import ContractError, convert
 from gpustack_core.wire import Wire
-from gpustack_simulator.yamlsafe import load_bounded
+from gpustack_kube.files import read_capped
+from gpustack_simulator.yamlsafe import MAX_DOCUMENT_BYTES, load_bounded
 
 SCHEMA = "accel-recording/v1"
 
@@ -266,8 +267,8 @@ def parse_recording(data: str | bytes, *, source: str) -> Recording:
 
 
 def load_recording(path: Path) -> Recording:
-    """Read a recording file."""
-    return parse_recording(path.read_bytes(), source=str(path))
+    """Read a recording file (at most :data:`~.yamlsafe.MAX_DOCUMENT_BYTES` of it)."""
+    return parse_recording(read_capped(path, MAX_DOCUMENT_BYTES, "recording"), source=str(path))
 
 
 def dump_recording(recording: Recording) -> str:

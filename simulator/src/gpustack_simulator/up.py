@@ -38,6 +38,7 @@ from gpustack_core.decoding import ContractError
 from gpustack_core.units import seconds_of
 from gpustack_kube.certs import self_signed
 from gpustack_kube.paths import Resource
+from gpustack_simulator import processes
 from gpustack_simulator.fleet_host import FleetSpec, Member
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.scenario import (
@@ -153,6 +154,20 @@ class _Started:
     log: Path
     command: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    token: str = ""
+    """The :data:`~.processes.MARKER` value in its environment: what ``down`` checks."""
+    start_time: int | None = None
+
+    def entry(self) -> processes.Entry:
+        """Its ``processes.json`` entry."""
+        return processes.Entry(
+            name=self.name,
+            pid=self.process.pid,
+            log=str(self.log),
+            start_time=self.start_time,
+            command=tuple(self.command),
+            token=self.token,
+        )
 
 
 def free_port(hosts: Sequence[str]) -> int:
@@ -189,6 +204,7 @@ def _spawn(
     name: str, command: list[str], logs: Path, env: dict[str, str] | None = None
 ) -> _Started:
     log = logs / f"{name}.log"
+    token = processes.new_token()
     with log.open("wb") as sink:
         process = subprocess.Popen(
             command,
@@ -196,10 +212,17 @@ def _spawn(
             stdout=sink,
             stderr=subprocess.STDOUT,
             # A native crash (a vendor library, a ctypes fake) leaves its Python stack in the log.
-            env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})},
+            env={
+                **os.environ,
+                "PYTHONFAULTHANDLER": "1",
+                **(env or {}),
+                processes.MARKER: token,  # what down checks before it signals (processes.py)
+            },
             start_new_session=True,  # its own process group: down signals it whole
         )
-    return _Started(name, process, log, command, dict(env or {}))
+    # Fixed at fork, so readable at once (the child may not have exec'd yet: no command line).
+    started = processes.start_time(process.pid)
+    return _Started(name, process, log, command, dict(env or {}), token, started)
 
 
 def _restart_if_crashed(started: _Started, logs: Path) -> _Started | None:
@@ -444,22 +467,18 @@ def _has_slices(url: str) -> bool:
     return response.status_code == 200 and "slices" in response.json()
 
 
-def _alive(pid: int) -> bool:
+def _recorded(state_dir: Path) -> list[processes.Entry]:
+    """``processes.json``'s entries; a file that does not decode is an :class:`UpError`."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return processes.load(state_dir)
+    except ContractError as exc:
+        raise UpError(str(exc)) from exc
 
 
-def _recorded(state_dir: Path) -> list[dict[str, Any]]:
-    path = state_dir / "processes.json"
-    if not path.exists():
-        return []
-    processes: list[dict[str, Any]] = json.loads(path.read_text())
-    return processes
+def write_processes(state_dir: Path, started: Sequence[_Started]) -> None:
+    """Record the started processes still running, for ``down``."""
+    entries = [s.entry() for s in started if s.process.poll() is None]
+    (state_dir / processes.FILE).write_text(processes.dump(entries))
 
 
 def kubelet_root(state_dir: Path) -> Path:
@@ -802,10 +821,10 @@ def up(
     serves every member from one nursery with the same flags.
     """
     state_dir = state_dir.resolve()
-    running = [p for p in _recorded(state_dir) if _alive(int(p["pid"]))]
+    running = [p for p in _recorded(state_dir) if processes.disproof(p) is None]
     if running:
         raise UpError(
-            f"{state_dir} already runs {', '.join(p['name'] for p in running)}; "
+            f"{state_dir} already runs {', '.join(p.name for p in running)}; "
             f"run `gpustack-operator simulator down --state-dir {state_dir}` first"
         )
     try:
@@ -854,19 +873,10 @@ def up(
         _wait(worker, lambda: _ok(f"{worker_url}/readyz", verify=False), deadline, "/readyz")
         _open_to_users(cluster, cluster_url, state_dir, expanded, worker_url, deadline)
     except BaseException:
-        _stop([{"name": s.name, "pid": s.process.pid} for s in started])
+        _stop([s.entry() for s in started])
         raise
     finally:
-        (state_dir / "processes.json").write_text(
-            json.dumps(
-                [
-                    {"name": s.name, "pid": s.process.pid, "log": str(s.log)}
-                    for s in started
-                    if s.process.poll() is None
-                ],
-                indent=2,
-            )
-        )
+        write_processes(state_dir, started)
 
     endpoints = Endpoints(
         scenario=str(path),
@@ -879,40 +889,59 @@ def up(
     return endpoints
 
 
-def _stop(processes: list[dict[str, Any]]) -> list[str]:
-    """SIGTERM each process group, wait, SIGKILL what is left; the names stopped."""
+def _stop(entries: Sequence[processes.Entry], skipped: list[str] | None = None) -> list[str]:
+    """SIGTERM each proven process group, wait, SIGKILL what is left; the names stopped.
+
+    An entry whose PID is not (or no longer) the process ``up`` started is never signalled
+    (:func:`~.processes.disproof`); it is named in ``skipped`` with the reason.
+    """
+    proven: list[processes.Entry] = []
+    for entry in entries:
+        why = processes.disproof(entry)
+        if why is None:
+            proven.append(entry)
+        elif skipped is not None and why != "no such process":
+            skipped.append(f"{entry.name} (pid {entry.pid}): {why}")
     stopped = []
-    for entry in reversed(processes):  # the worker first, the stand-in last
+    for entry in reversed(proven):  # the worker first, the stand-in last
         try:
-            os.killpg(int(entry["pid"]), signal.SIGTERM)
-            stopped.append(str(entry["name"]))
+            os.killpg(entry.pid, signal.SIGTERM)
+            stopped.append(entry.name)
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + STOP_TIMEOUT
-    for entry in processes:
-        pid = int(entry["pid"])
-        while _alive(pid) and time.monotonic() < deadline:
+    for entry in proven:
+        while _same(entry) and time.monotonic() < deadline:
             try:
-                waited, _ = os.waitpid(pid, os.WNOHANG)
+                waited, _ = os.waitpid(entry.pid, os.WNOHANG)
             except ChildProcessError:
                 waited = 0  # not our child (down from another shell): poll until gone
-            if waited == pid:
+            if waited == entry.pid:
                 break
             time.sleep(0.05)
-        if _alive(pid):
+        if _same(entry):
             try:
-                os.killpg(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+                os.killpg(entry.pid, signal.SIGKILL)
+                os.waitpid(entry.pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
     return stopped
 
 
-def down(state_dir: Path) -> list[str]:
-    """Stop what ``up`` started in ``state_dir``; the names of the processes it stopped."""
+def _same(entry: processes.Entry) -> bool:
+    """The PID is still the process that was proven (a zombie counts until it is reaped)."""
+    return processes.start_time(entry.pid) == entry.start_time
+
+
+def down(state_dir: Path, *, skipped: list[str] | None = None) -> list[str]:
+    """Stop what ``up`` started in ``state_dir``; the names of the processes it stopped.
+
+    Only processes that prove to be the ones ``up`` started are signalled; the others are
+    appended to ``skipped`` (name, PID and why), when given. A ``processes.json`` that does
+    not decode is an :class:`UpError` naming it.
+    """
     state_dir = state_dir.resolve()
-    processes = _recorded(state_dir)
-    stopped = _stop(processes)
-    (state_dir / "processes.json").unlink(missing_ok=True)
+    stopped = _stop(_recorded(state_dir), skipped)
+    (state_dir / processes.FILE).unlink(missing_ok=True)
     shutil.rmtree(kubelet_root(state_dir), ignore_errors=True)
     return stopped

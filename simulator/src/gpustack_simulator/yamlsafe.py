@@ -21,6 +21,10 @@ MAX_DEPTH: Final = 64
 """Nesting of mappings and sequences; the deepest recording or scenario nests under 12."""
 MAX_INTEGER_DIGITS: Final = 40
 """Digits of an integer scalar; a uint128 has 39, no figure in a recording needs more."""
+MAX_DOCUMENT_BYTES: Final = 64 << 20
+"""The most a recording or scenario file is read (``gpustack_kube.files.read_capped``): the
+largest recording is 32 KiB and a generated 1,000-node, 10,000-Instance fleet 3 MiB; a file
+past this (or ``/dev/zero``) is refused before it is parsed, not read until memory runs out."""
 
 _LOADER: Final[type[yaml.SafeLoader] | type[yaml.CSafeLoader]] = (
     yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader

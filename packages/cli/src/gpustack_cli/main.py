@@ -16,7 +16,7 @@ import typer
 if TYPE_CHECKING:
     from gpustack_kube.kubelet import KubeletAccess
 
-from gpustack_cli.errors import USAGE, OneLineErrors, fail, user_errors
+from gpustack_cli.errors import USAGE, OneLineErrors, fail, report, user_errors
 from gpustack_core import contract
 
 app = typer.Typer(
@@ -728,10 +728,16 @@ def sim_down(
     state_dir: Annotated[Path, typer.Option(help="The state directory `up` was given.")],
 ) -> None:
     """Stop everything `simulator up` started in that state directory."""
-    from gpustack_simulator.up import down
+    from gpustack_simulator.up import UpError, down
 
-    with user_errors("gpustack-operator simulator down"):
-        stopped = down(state_dir)
+    skipped: list[str] = []
+    try:
+        with user_errors("gpustack-operator simulator down"):
+            stopped = down(state_dir, skipped=skipped)
+    except UpError as exc:  # a processes.json that does not decode
+        fail("gpustack-operator simulator down", exc)
+    for entry in skipped:  # recorded, but not provably what up started: never signalled
+        report("gpustack-operator simulator down", f"not stopped: {entry}")
     typer.echo(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
 
 

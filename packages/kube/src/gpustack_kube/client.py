@@ -22,7 +22,8 @@ import trio
 
 from gpustack_kube.auth import ExecAuthenticator, ExecCredential, ExecPluginError
 from gpustack_kube.backoff import Backoff
-from gpustack_kube.config import KubeConfig
+from gpustack_kube.config import KUBECONFIG_LIMIT, KubeConfig
+from gpustack_kube.files import read_text_capped
 
 log = logging.getLogger(__name__)
 
@@ -382,8 +383,9 @@ class KubeClient:
         now = trio.current_time()
         if now - self._token_read_at >= TOKEN_REREAD_SECONDS:
             try:
-                self._token = path.read_text().strip() or self._token
-            except OSError as exc:
+                text = read_text_capped(path, KUBECONFIG_LIMIT, "token file")
+                self._token = text.strip() or self._token
+            except (OSError, ValueError) as exc:
                 # Keep the last token: it may still be valid, and a 401 will say so if not.
                 log.warning("cannot reread token file %s: %s", path, exc)
             self._token_read_at = now

@@ -19,8 +19,13 @@ from typing import Any
 
 import yaml
 
+from gpustack_kube.files import NotUtf8Error, read_capped, read_text_capped
+
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_NAMESPACE = "default"
+KUBECONFIG_LIMIT = 4 << 20
+"""The most a kubeconfig, or a file it names (a token, a certificate), is read: a kubeconfig of
+many contexts with embedded certificates is tens of KiB; ``/dev/zero`` named there is refused."""
 
 
 class KubeConfigError(Exception):
@@ -155,17 +160,12 @@ def in_cluster(host: str, port: str, service_account_dir: Path) -> KubeConfig:
     silently dropping the cluster would make a mis-mounted account look like a healthy node.
     """
     token_file = service_account_dir / "token"
-    try:
-        token = token_file.read_text().strip()
-    except OSError as exc:
-        raise KubeConfigError(
-            f"{token_file}: in-cluster token cannot be read: {exc.strerror}"
-        ) from exc
+    token = _mounted(token_file, "token").decode().strip()
     ca_file = service_account_dir / "ca.crt"
-    ca_data = ca_file.read_bytes() if ca_file.is_file() else None
+    ca_data = _mounted(ca_file, "CA") if ca_file.is_file() else None
     namespace_file = service_account_dir / "namespace"
     namespace = (
-        namespace_file.read_text().strip() if namespace_file.is_file() else ""
+        _mounted(namespace_file, "namespace").decode().strip() if namespace_file.is_file() else ""
     ) or DEFAULT_NAMESPACE
     server_host = f"[{host}]" if ":" in host else host
     return KubeConfig(
@@ -177,6 +177,20 @@ def in_cluster(host: str, port: str, service_account_dir: Path) -> KubeConfig:
         namespace=namespace,
         token_file=token_file,
     )
+
+
+def _mounted(path: Path, what: str) -> bytes:
+    """One file of the mounted service account (UTF-8 checked but returned as bytes)."""
+    try:
+        data = read_capped(path, KUBECONFIG_LIMIT, f"service-account {what} file")
+        data.decode()
+    except OSError as exc:
+        raise KubeConfigError(f"{path}: in-cluster {what} cannot be read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise KubeConfigError(
+            f"{path}: in-cluster {what} is not UTF-8 (byte {exc.start} cannot be decoded)"
+        ) from exc
+    return data
 
 
 class _Reader:
@@ -244,7 +258,7 @@ class _Reader:
             return None
         path = self.resolve(name)
         try:
-            return path.read_bytes()
+            return read_capped(path, KUBECONFIG_LIMIT, "file a kubeconfig names")
         except OSError as exc:
             raise self.error(field, f"cannot read {path}: {exc.strerror}") from exc
 
@@ -265,9 +279,11 @@ def parse_kubeconfig(path: Path, *, context: str | None = None) -> KubeConfig:
     """Read one kubeconfig file and resolve ``context`` (default: its current-context)."""
     reader = _Reader(path)
     try:
-        text = path.read_text()
+        text = read_text_capped(path, KUBECONFIG_LIMIT, "kubeconfig")
     except OSError as exc:
         raise reader.error("", f"cannot read: {exc.strerror}") from exc
+    except NotUtf8Error as exc:
+        raise reader.error("", exc.problem) from exc
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -394,11 +410,13 @@ def _credentials(
     if token is None and token_file_name:
         token_file = reader.resolve(token_file_name)
         try:
-            token = token_file.read_text().strip()
+            token = read_text_capped(token_file, KUBECONFIG_LIMIT, "token file").strip()
         except OSError as exc:
             raise reader.error(
                 f"{user_field}.tokenFile", f"cannot read {token_file}: {exc.strerror}"
             ) from exc
+        except NotUtf8Error as exc:
+            raise reader.error(f"{user_field}.tokenFile", exc.problem) from exc
     cert = reader.data_or_file(user, user_field, "client-certificate")
     key = reader.data_or_file(user, user_field, "client-key")
     if cert is None and key is None:

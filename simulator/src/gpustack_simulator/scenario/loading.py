@@ -14,8 +14,10 @@ from pathlib import Path
 import yaml
 
 from gpustack_core.decoding import ContractError, convert
+from gpustack_kube.files import read_capped
 from gpustack_simulator.scenario.schema import RECORDINGS_DIR, Scenario, ScenarioDocument
 from gpustack_simulator.scenario.validation import check
+from gpustack_simulator.yamlsafe import MAX_DOCUMENT_BYTES
 
 SCENARIOS_DIR = Path(os.environ.get("GPUSTACK_SCENARIOS") or RECORDINGS_DIR / "scenarios")
 """Where a bare scenario name is looked up; ``GPUSTACK_SCENARIOS`` points elsewhere."""
@@ -48,10 +50,10 @@ def is_scenario(path: Path) -> bool:
     recording twice just to tell them apart.
     """
     try:
-        text = path.read_text(errors="replace")
+        data = read_capped(path, MAX_DOCUMENT_BYTES, "scenario")
     except OSError:
-        return False
-    return _SCHEMA_LINE.search(text) is not None
+        return False  # too large or unreadable: the recording reader says which, in one line
+    return _SCHEMA_LINE.search(data.decode(errors="replace")) is not None
 
 
 def parse_scenario(data: str | bytes, *, source: str) -> Scenario:
@@ -74,7 +76,7 @@ def parse_scenario(data: str | bytes, *, source: str) -> Scenario:
 def load_scenario(path: Path) -> Scenario:
     """Read a scenario file."""
     try:
-        data = path.read_bytes()
+        data = read_capped(path, MAX_DOCUMENT_BYTES, "scenario")
     except OSError as exc:
         raise ContractError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     return parse_scenario(data, source=str(path))
