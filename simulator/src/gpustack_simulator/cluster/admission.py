@@ -427,13 +427,13 @@ class Admission:
         resource = attrs.resource
         if resource.group == "" and resource.plural == "namespaces":
             own = dict(_labels(attrs.obj if attrs.obj is not None else attrs.old) or {})
-            own.setdefault(NAMESPACE_NAME_LABEL, attrs.name)
+            own[NAMESPACE_NAME_LABEL] = attrs.name  # the server's, never the request's
             return own
         if not attrs.namespace:
             return None
         stored = self.state.store.get("Namespace", "", attrs.namespace)
         labels = dict(_labels(stored) or {})
-        labels.setdefault(NAMESPACE_NAME_LABEL, attrs.namespace)
+        labels[NAMESPACE_NAME_LABEL] = attrs.namespace  # whatever a stored object carries
         return labels
 
     # -- the two phases ----------------------------------------------------------------------

@@ -15,6 +15,8 @@ envtest's kube-apiserver enforces and controllers are written against:
   strips the reference instead);
 - a custom resource is pruned and validated against its CRD's structural schema (422 with the
   field paths), and a CRD created through the API is served at once;
+- a Namespace's ``kubernetes.io/metadata.name`` label is forced to its name, and a Pod's spec
+  may change only where kube-apiserver lets it (``corerules.py``);
 - a write through the API passes the registered admission webhooks (``admission.py``): the
   ``admitted_*`` methods stage it so the webhook calls happen between building the object and
   storing it; the plain methods are the same write without them, for the stand-in's own
@@ -35,7 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpustack_core.status import StatusError, not_found
-from gpustack_simulator.cluster import admission, nfd
+from gpustack_simulator.cluster import admission, corerules, nfd
 from gpustack_simulator.cluster import patch as patching
 from gpustack_simulator.cluster.admission import Admission, Attributes, options_for
 from gpustack_simulator.cluster.kubelet import NodeSimulator
@@ -536,6 +538,10 @@ class ApiServer:
                 )
         if _spec_view(resource, result) != _spec_view(resource, current):
             result["metadata"]["generation"] = int(old.get("generation") or 1) + 1
+        if resource.group == "" and resource.kind == "Pod":
+            refused = corerules.pod_update(current, result)
+            if refused:
+                raise invalid(resource, str(old.get("name", "")), refused)
         self._validate(resource, result)
         if resource.kind == CRD:
             self._crd_resources(result)
@@ -851,6 +857,8 @@ class ApiServer:
     ) -> None:
         if resource.kind == "Service":
             self.nodes.service_defaults(obj, previous)
+        elif resource.group == "" and resource.kind == "Namespace":
+            corerules.name_namespace(obj)
         elif resource.kind == "Pod" and "status" not in obj:
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
         elif resource.group == admission.GROUP and resource.kind in admission.CONFIGURATION_KINDS:
