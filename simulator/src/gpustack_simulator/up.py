@@ -873,7 +873,9 @@ def up(
         _wait(worker, lambda: _ok(f"{worker_url}/readyz", verify=False), deadline, "/readyz")
         _open_to_users(cluster, cluster_url, state_dir, expanded, worker_url, deadline)
     except BaseException:
-        _stop([s.entry() for s in started])
+        # Our own children, not yet reaped: their PIDs cannot have been reused, and one that
+        # has not exec'd yet would not show its recorded command line.
+        _stop([s.entry() for s in started], children=True)
         raise
     finally:
         write_processes(state_dir, started)
@@ -889,15 +891,21 @@ def up(
     return endpoints
 
 
-def _stop(entries: Sequence[processes.Entry], skipped: list[str] | None = None) -> list[str]:
+def _stop(
+    entries: Sequence[processes.Entry],
+    skipped: list[str] | None = None,
+    *,
+    children: bool = False,
+) -> list[str]:
     """SIGTERM each proven process group, wait, SIGKILL what is left; the names stopped.
 
     An entry whose PID is not (or no longer) the process ``up`` started is never signalled
-    (:func:`~.processes.disproof`); it is named in ``skipped`` with the reason.
+    (:func:`~.processes.disproof`); it is named in ``skipped`` with the reason. ``children``:
+    the entries are this process's own unreaped children, which need no proof.
     """
     proven: list[processes.Entry] = []
     for entry in entries:
-        why = processes.disproof(entry)
+        why = None if children else processes.disproof(entry)
         if why is None:
             proven.append(entry)
         elif skipped is not None and why != "no such process":
