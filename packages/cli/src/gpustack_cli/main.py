@@ -666,12 +666,30 @@ def sim_up(
             "once), or one process each, as nodes run them.",
         ),
     ] = True,
+    control_plane: Annotated[
+        str,
+        typer.Option(
+            help="standin: the project's cluster stand-in (the default, no Go needed); real: "
+            "etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from their "
+            "Go modules (clusters/controlplane), with a node agent per scenario node in a "
+            "network namespace (needs root, Go and helm).",
+        ),
+    ] = "standin",
 ) -> None:
     """Start the stand-in, its Device Managers and the worker in the background; wait for all."""
     from gpustack_simulator.up import UpError, up
 
+    if control_plane not in {"standin", "real"}:
+        fail(
+            "gpustack-operator simulator up", f"--control-plane {control_plane!r}: standin or real"
+        )
     try:
-        endpoints = up(scenario, state_dir, monitor_period=monitor_period, fleet=fleet)
+        if control_plane == "real":
+            from gpustack_simulator.controlplane.start import up_real
+
+            endpoints = up_real(scenario, state_dir, monitor_period=monitor_period)
+        else:
+            endpoints = up(scenario, state_dir, monitor_period=monitor_period, fleet=fleet)
     except (UpError, OSError) as exc:  # OSError: a state directory that cannot be written
         fail("gpustack-operator simulator up", exc)
     typer.echo(f"cluster     {endpoints.cluster}")
@@ -728,16 +746,20 @@ def sim_down(
     state_dir: Annotated[Path, typer.Option(help="The state directory `up` was given.")],
 ) -> None:
     """Stop everything `simulator up` started in that state directory."""
+    from gpustack_simulator.controlplane.netns import delete_recorded
     from gpustack_simulator.up import UpError, down
 
     skipped: list[str] = []
     try:
         with user_errors("gpustack-operator simulator down"):
             stopped = down(state_dir, skipped=skipped)
+            netns = delete_recorded(state_dir.resolve())
     except UpError as exc:  # a processes.json that does not decode
         fail("gpustack-operator simulator down", exc)
     for entry in skipped:  # recorded, but not provably what up started: never signalled
         report("gpustack-operator simulator down", f"not stopped: {entry}")
+    if netns is not None:
+        stopped = [*stopped, f"network namespace {netns}"]
     typer.echo(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
 
 

@@ -44,6 +44,7 @@ from gpustack_simulator.cluster.kubelet import NodeSimulator
 from gpustack_simulator.cluster.resources import CRD, CrdError, Resource, from_crd
 from gpustack_simulator.cluster.state import ClusterState
 from gpustack_simulator.cluster.validation import validate
+from gpustack_simulator.podstatus import qos_class
 
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
@@ -860,7 +861,9 @@ class ApiServer:
         elif resource.group == "" and resource.kind == "Namespace":
             corerules.name_namespace(obj)
         elif resource.kind == "Pod" and "status" not in obj:
-            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            # The QoS class is the API server's, fixed at creation (kube-apiserver refuses a
+            # later change): computed from the requests, not BestEffort for every Pod.
+            obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
         elif resource.group == admission.GROUP and resource.kind in admission.CONFIGURATION_KINDS:
             admission.default_configuration(resource.kind, obj)
         elif resource.kind == CRD:

@@ -17,7 +17,6 @@ Scenario Pods are left as the scenario states them: their status is what the sce
 from __future__ import annotations
 
 import copy
-import hashlib
 import ipaddress
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from gpustack_core.quantity import QuantityError, parse_quantity
 from gpustack_core.status import StatusError
 from gpustack_simulator.cluster.selectors import Narrowing
 from gpustack_simulator.cluster.state import NODE, POD, ClusterState
+from gpustack_simulator.podstatus import running_status
 
 if TYPE_CHECKING:
     from gpustack_simulator.cluster.apiserver import ApiServer
@@ -295,43 +295,9 @@ class NodeSimulator:
             ),
             "",
         )
-        now = _stamp()
-        ip = self._pod_ip(spec["nodeName"])
-        statuses = []
-        for container in spec.get("containers") or ():
-            digest = hashlib.sha256(f"{meta['uid']}/{container['name']}".encode()).hexdigest()
-            statuses.append(
-                {
-                    "name": container["name"],
-                    "image": container.get("image", ""),
-                    "imageID": f"{container.get('image', '')}@sha256:{digest[::-1][:64]}",
-                    "containerID": f"containerd://{digest}",
-                    "ready": True,
-                    "started": True,
-                    "restartCount": 0,
-                    "state": {"running": {"startedAt": now}},
-                }
-            )
-        running["status"] = {
-            "phase": "Running",
-            "conditions": [
-                {"type": kind, "status": "True", "lastTransitionTime": now}
-                for kind in (
-                    "PodReadyToStartContainers",
-                    "Initialized",
-                    "Ready",
-                    "ContainersReady",
-                    "PodScheduled",
-                )
-            ],
-            "hostIP": host_ip,
-            "hostIPs": [{"ip": host_ip}] if host_ip else [],
-            "podIP": ip,
-            "podIPs": [{"ip": ip}],
-            "startTime": now,
-            "containerStatuses": statuses,
-            "qosClass": _qos(spec),
-        }
+        running["status"] = running_status(
+            running, host_ip=host_ip, pod_ip=self._pod_ip(spec["nodeName"]), now=_stamp()
+        )
         self.state.store.put(POD, running)
 
     # -- Services --------------------------------------------------------------------------
@@ -394,19 +360,3 @@ class NodeSimulator:
             if ip not in taken:
                 return ip
         raise StatusError(500, "the service IP range is exhausted")
-
-
-def _qos(spec: Mapping[str, Any]) -> str:
-    containers = spec.get("containers") or ()
-    asked = [c.get("resources") or {} for c in containers]
-    if not any(r.get("requests") or r.get("limits") for r in asked):
-        return "BestEffort"
-    guaranteed = all(
-        {"cpu", "memory"} <= set(r.get("limits") or {})
-        and all(
-            (r.get("requests") or r.get("limits") or {}).get(k) == r["limits"][k]
-            for k in ("cpu", "memory")
-        )
-        for r in asked
-    )
-    return "Guaranteed" if guaranteed else "Burstable"

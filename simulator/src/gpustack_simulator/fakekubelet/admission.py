@@ -56,7 +56,7 @@ class DeviceAdmission:
             return True
         if uid in self._admitting:
             return False
-        asks = _asks(pod, set(kubelet.plugins))
+        asks = asks_of(pod, set(kubelet.plugins))
         if not asks:
             return True
         self._admitting.add(uid)
@@ -80,10 +80,10 @@ class DeviceAdmission:
             async with self._node_locks.setdefault(node, trio.Lock()):
                 kubelet.adopt(*key, meta["uid"])
                 for container, resource, count in asks:
-                    ids = await trio.to_thread.run_sync(_pick, kubelet, resource, count)
+                    ids = await trio.to_thread.run_sync(pick, kubelet, resource, count)
                     await trio.to_thread.run_sync(kubelet.allocate, resource, ids, key, container)
         except (grpc.RpcError, ValueError) as exc:
-            message = _message(exc)
+            message = refusal(exc)
             log.warning("Pod %s/%s not admitted: %s", *key, message)
             self._fail(key, message)
             return
@@ -104,8 +104,12 @@ class DeviceAdmission:
             self.state.update_pod(*key, mutate)
 
 
-def _asks(pod: Mapping[str, Any], registered: set[str]) -> list[tuple[str, str, int]]:
-    """(container, resource, count) for every registered resource a container requests."""
+def asks_of(pod: Mapping[str, Any], registered: set[str]) -> list[tuple[str, str, int]]:
+    """(container, resource, count) for every registered resource a container requests.
+
+    Shared by the stand-in's admission and the real control plane's node agent, so both
+    kubelets ask the plugins for the same devices in the same order.
+    """
     spec = pod["spec"]
     asks = []
     for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
@@ -123,7 +127,11 @@ def _asks(pod: Mapping[str, Any], registered: set[str]) -> list[tuple[str, str, 
     return asks
 
 
-def _pick(kubelet: FakeKubelet, resource: str, count: int) -> list[str]:
+def pick(kubelet: FakeKubelet, resource: str, count: int) -> list[str]:
+    """The devices a kubelet would pick: the plugin's preference, else the first free ones.
+
+    ``ValueError`` when fewer healthy free devices exist than asked.
+    """
     held = {i for resources in kubelet.assigned.values() for i in resources.get(resource, ())}
     available = [
         i
@@ -140,6 +148,7 @@ def _pick(kubelet: FakeKubelet, resource: str, count: int) -> list[str]:
     return available[:count]
 
 
-def _message(exc: BaseException) -> str:
+def refusal(exc: BaseException) -> str:
+    """A plugin's refusal as the kubelet words it (the gRPC details, or the error's text)."""
     details = getattr(exc, "details", None)
     return str(details()) if callable(details) else str(exc)
