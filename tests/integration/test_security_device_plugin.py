@@ -257,3 +257,50 @@ async def test_a_forged_sibling_does_not_reach_a_visibility_grant(tmp_path: Path
             "sshd",
         )
         assert "GPU-1" not in dict(answer.envs).get("NVIDIA_VISIBLE_DEVICES", ""), dict(answer.envs)
+
+
+async def test_a_deleted_pods_grant_is_forgotten_at_once(tmp_path: Path) -> None:
+    """The plugin's own ledger counts a grant while its Pod exists, not a moment longer: the
+    same Instance's Pod recreated under its name (another UID) gets its card back at once."""
+    async with stack(tmp_path, "nvidia", nvidia()) as s:
+        kubelet = s.kubelet
+        await nvidia_ready(s)
+        s.add_pod("again", {"main": {"nvidia.com/gpu": "1"}})
+        ids = ["h100:GPU-0:0000"]
+        await s.call(kubelet.allocate, "nvidia.com/gpu", ids, (NAMESPACE, "again"), "main")
+        await wait_for(
+            s, lambda: kubelet.devices("nvidia.com/gpu.shared")["h100:GPU-0:0000"] == "Unhealthy"
+        )
+        s.cluster.state.store.delete(POD, NAMESPACE, "again")
+        s.cluster.state.pods_changed()
+        kubelet.forget(NAMESPACE, "again")
+        await wait_for(
+            s, lambda: kubelet.devices("nvidia.com/gpu.shared")["h100:GPU-0:0000"] == "Healthy"
+        )
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "again",
+                "namespace": NAMESPACE,
+                "uid": "uid-again-2",
+                "creationTimestamp": "2026-11-29T10:00:00Z",
+            },
+            "spec": {
+                "nodeName": NODE,
+                "containers": [
+                    {
+                        "name": "main",
+                        "resources": {
+                            "limits": {"nvidia.com/gpu": "1"},
+                            "requests": {"nvidia.com/gpu": "1"},
+                        },
+                    }
+                ],
+            },
+            "status": {"phase": "Pending"},
+        }
+        s.cluster.state.store.put(POD, pod)
+        s.cluster.state.pods_changed()
+        answer = await s.call(kubelet.allocate, "nvidia.com/gpu", ids, (NAMESPACE, "again"), "main")
+        assert dict(answer.envs) == {"NVIDIA_VISIBLE_DEVICES": "GPU-0"}

@@ -130,7 +130,7 @@ class Allocator:
         self.state.set_slice_units(units)
 
     def _holdings(self, *, exclude_uid: str = "") -> list[Holding]:
-        return self.ledger.node(self.pods() or [], exclude_uid=exclude_uid)
+        return self.ledger.node(self.pods(), exclude_uid=exclude_uid)
 
     # -- identification -------------------------------------------------------------------
 

@@ -54,6 +54,8 @@ class Granted:
     """``namespace/name``, for refusal messages."""
     held: dict[tuple[str, AllocationMode], tuple[AllocatedAccelerator, ...]]
     written_at: float
+    seen: bool = False
+    """The informer has shown the Pod: once it no longer does, the Pod is gone."""
 
     def holdings(self, manufacturer: str, terminated: bool) -> list[Holding]:
         """The grants as holdings, containers in name order."""
@@ -118,24 +120,29 @@ class Ledger:
             held.extend(own.holdings(self.manufacturer, terminated))
         return held
 
-    def node(self, entries: Iterable[NodePod], *, exclude_uid: str = "") -> list[Holding]:
+    def node(self, entries: Iterable[NodePod] | None, *, exclude_uid: str = "") -> list[Holding]:
         """Every live holding of this manufacturer on the node, ``exclude_uid``'s Pod left out.
 
-        Grants of Pods the informer does not show (yet) count until :data:`GRANT_SECONDS`
-        after they were made; those of a Pod that is gone are forgotten then.
+        ``entries`` are the informer's Pods (``None`` while it is not synced: then nothing is
+        forgotten). The grants of a Pod the informer showed and no longer shows are forgotten
+        (it is gone; a Pod recreated under its name is another UID); those of a Pod it has not
+        shown yet count until :data:`GRANT_SECONDS` after they were made.
         """
-        seen: set[str] = set()
+        shown: set[str] = set()
         held: list[Holding] = []
-        for entry in entries:
+        for entry in entries or ():
             uid = entry.pod.metadata.uid
-            seen.add(uid)
+            shown.add(uid)
+            own = self.granted.get(uid)
+            if own is not None:
+                own.seen = True
             if uid != exclude_uid:
                 held.extend(self.pod(entry.pod, entry.grants, entry.device_ids))
         now = time.monotonic()
         for uid, granted in list(self.granted.items()):
-            if uid in seen:
+            if uid in shown:
                 continue
-            if now - granted.written_at > GRANT_SECONDS:
+            if entries is not None and (granted.seen or now - granted.written_at > GRANT_SECONDS):
                 del self.granted[uid]
             elif uid != exclude_uid:
                 held.extend(granted.holdings(self.manufacturer, False))
