@@ -357,6 +357,7 @@ async def _start_node_tasks(
                 kubelet_socket=options.kube_socket,
                 pod_resources_socket=options.pod_resources_socket,
                 modes=options.plugin_modes,
+                confirm_grants=options.confirms_grants,
             ),
             detection=detection,
         )

@@ -110,6 +110,8 @@ class Allocator:
     pods: Callable[[], list[NodePod] | None]
     pod_resources_socket: Path | None = None
     identify_seconds: float = IDENTIFY_SECONDS
+    confirm_grants: bool = True
+    """Check the annotations against PodResources (``holdings.py``); off: take them as written."""
     lock: trio.Lock = field(default_factory=trio.Lock)
     ledger: Ledger = field(init=False)
 
@@ -152,9 +154,11 @@ class Allocator:
         except grpc.RpcError as exc:
             log.info("PodResources unavailable at %s: %s", socket, exc)
             return {}
-        self.ledger.assigned = {
-            key: frozenset().union(*by_resource.values()) for key, by_resource in listed_.items()
-        }
+        if self.confirm_grants:
+            self.ledger.assigned = {
+                key: frozenset().union(*by_resource.values())
+                for key, by_resource in listed_.items()
+            }
         return listed_
 
     async def reread(self) -> None:

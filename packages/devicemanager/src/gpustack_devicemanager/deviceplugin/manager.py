@@ -59,6 +59,9 @@ class PluginOptions:
     pod_resources_socket: Path = POD_RESOURCES_SOCKET
     modes: frozenset[AllocationMode] = frozenset(AllocationMode)
     watch_period: float = 1.0
+    confirm_grants: bool = True
+    """Count a Pod's annotation as held only where PodResources (or this process) backs it
+    (``holdings.py``); ``--no-confirm-grants`` turns it off with the monitor's check."""
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

@@ -66,6 +66,7 @@ async def serve_device_plugins(
         client,
         pods,
         pod_resources_socket=options.pod_resources_socket,
+        confirm_grants=options.confirm_grants,
     )
     if client is None:
         log.warning("no Kubernetes configuration: allocations are served but not recorded")
