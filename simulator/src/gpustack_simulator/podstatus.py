@@ -9,11 +9,12 @@ the daemons whichever API server it lives in.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from gpustack_core.quantity import QuantityError, parse_quantity
+from gpustack_core.quantity import QuantityError, canonical_quantity, parse_quantity
 
 CONDITIONS = (
     "PodReadyToStartContainers",
@@ -59,6 +60,52 @@ def qos_class(spec: Mapping[str, Any]) -> str:
         if set(limits) != {"cpu", "memory"} or requests != limits:
             guaranteed = False
     return "Guaranteed" if guaranteed else "Burstable"
+
+
+_MILLI = Fraction(1, 1000)
+
+
+def _canonical(quantities: dict[str, Any], *, milli: bool = False) -> None:
+    for name, written in quantities.items():
+        try:
+            value = written
+            if milli:  # a container's resources are rounded up to 1m (1.0001 → 1001m)
+                parsed = parse_quantity(written)
+                value = f"{math.ceil(parsed / _MILLI)}m" if parsed % _MILLI else written
+            quantities[name] = canonical_quantity(value)
+        except QuantityError:
+            continue  # validation refuses it with its own message
+
+
+def canonical_pod_quantities(pod: dict[str, Any]) -> None:
+    """Every container's requests and limits as kube-apiserver stores them.
+
+    Checked against kube-apiserver v1.37.2: a request left out defaults to its limit, every
+    quantity is rounded up to a thousandth (``0.1m`` → ``1m``) and written canonically
+    (``320000`` → ``320k``), so a client reading the Pod back sees the server's spelling.
+    """
+    spec = pod.get("spec") or {}
+    for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
+        resources = container.get("resources")
+        if not isinstance(resources, dict):
+            continue
+        limits = resources.get("limits")
+        if isinstance(limits, dict) and limits:
+            requests = resources.setdefault("requests", {})
+            if isinstance(requests, dict):
+                for name, value in limits.items():
+                    requests.setdefault(name, value)
+        for field in ("limits", "requests"):
+            if isinstance(resources.get(field), dict):
+                _canonical(resources[field], milli=True)
+
+
+def canonical_node_quantities(node: dict[str, Any]) -> None:
+    """A Node's capacity and allocatable as kube-apiserver stores them."""
+    status = node.get("status") or {}
+    for field in ("capacity", "allocatable"):
+        if isinstance(status.get(field), dict):
+            _canonical(status[field])
 
 
 def running_status(

@@ -145,6 +145,10 @@ def test_nodefeature_body_is_what_nfd_master_needs() -> None:
 # -- each publication stands alone ---------------------------------------------------------------
 
 
+def not_found(message: str) -> dict[str, Any]:
+    return {"kind": "Status", "code": 404, "reason": "NotFound", "message": message}
+
+
 class NoNfdApi:
     """An API server without Node Feature Discovery: ``nfd.k8s-sigs.io`` is not served.
 
@@ -164,16 +168,15 @@ class NoNfdApi:
         if path == "/api/v1/nodes/gpu-node-1":
             return httpx.Response(200, json={"kind": "Node", "metadata": {
                 "name": "gpu-node-1", "uid": "node-uid", "labels": {}}})  # fmt: skip
-        if path == "/apis/worker.gpustack.ai/v1alpha1/devices/gpu-node-1" and request.method == "GET":
+        devices = "/apis/worker.gpustack.ai/v1alpha1/devices"
+        if path == f"{devices}/gpu-node-1" and request.method == "GET":
             if self.devices is None:
-                return httpx.Response(404, json={"kind": "Status", "code": 404,
-                                                 "reason": "NotFound", "message": "not found"})  # fmt: skip
+                return httpx.Response(404, json=not_found("not found"))
             return httpx.Response(200, json=self.devices)
-        if path == "/apis/worker.gpustack.ai/v1alpha1/devices" and request.method == "POST":
+        if path == devices and request.method == "POST":
             self.devices = json.loads(request.content)
             return httpx.Response(201, json=self.devices)
-        return httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound",
-                                         "message": f"unexpected {request.method} {path}"})  # fmt: skip
+        return httpx.Response(404, json=not_found(f"unexpected {request.method} {path}"))
 
 
 async def test_devices_are_published_when_the_nodefeature_api_is_not_served(
@@ -198,7 +201,7 @@ async def test_devices_are_published_when_the_nodefeature_api_is_not_served(
                 await nursery.start(
                     lambda task_status: run_publisher(
                         publisher,
-                        lambda: [],
+                        list,
                         trio.sleep_forever,
                         period=3600,
                         task_status=task_status,

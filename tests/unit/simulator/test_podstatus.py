@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_simulator.podstatus import qos_class, running_status
+from gpustack_simulator.podstatus import canonical_pod_quantities, qos_class, running_status
 
 
 def containers(*resources: dict[str, Any]) -> dict[str, Any]:
@@ -26,15 +26,23 @@ def containers(*resources: dict[str, Any]) -> dict[str, Any]:
         (containers({}), "BestEffort"),
         (containers({"limits": {"cpu": "8", "memory": "64Gi"}}), "Guaranteed"),
         (
-            containers({"limits": {"cpu": "8", "memory": "64Gi"},
-                        "requests": {"cpu": "8000m", "memory": "68719476736"}}),
+            containers(
+                {
+                    "limits": {"cpu": "8", "memory": "64Gi"},
+                    "requests": {"cpu": "8000m", "memory": "68719476736"},
+                }
+            ),
             "Guaranteed",
-        ),  # fmt: skip
+        ),
         (
-            containers({"limits": {"cpu": "8", "memory": "64Gi"},
-                        "requests": {"cpu": "4", "memory": "64Gi"}}),
+            containers(
+                {
+                    "limits": {"cpu": "8", "memory": "64Gi"},
+                    "requests": {"cpu": "4", "memory": "64Gi"},
+                }
+            ),
             "Burstable",
-        ),  # fmt: skip
+        ),
         (containers({"limits": {"cpu": "8"}}), "Burstable"),
         (containers({"requests": {"memory": "1Gi"}}), "Burstable"),
         (
@@ -58,3 +66,28 @@ def test_running_status_keeps_the_class_the_server_fixed() -> None:
     assert status["phase"] == "Running"
     assert [c["name"] for c in status["containerStatuses"]] == ["c0"]
     assert status["containerStatuses"][0]["containerID"].startswith("containerd://")
+
+
+def test_container_quantities_are_stored_as_the_real_server_stores_them() -> None:
+    """Each pair below was read back from kube-apiserver v1.37.2 (``create --dry-run=server``)."""
+    pod = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "resources": {
+                        "limits": {"cpu": "0.0000000001", "memory": "1.0001",
+                                   "nvidia.com/gpu.sliced.units": "320000"},
+                        "requests": {"cpu": "0.1m"},
+                    },
+                }
+            ]
+        }
+    }  # fmt: skip
+    canonical_pod_quantities(pod)
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["limits"] == {"cpu": "1m", "memory": "1001m",
+                                   "nvidia.com/gpu.sliced.units": "320k"}  # fmt: skip
+    # A request left out defaults to its limit; one given is kept (and rounded).
+    assert resources["requests"] == {"cpu": "1m", "memory": "1001m",
+                                     "nvidia.com/gpu.sliced.units": "320k"}  # fmt: skip

@@ -89,3 +89,47 @@ def _quantity_text(value: object) -> str:
 def cpu_to_millicores(value: Fraction) -> int:
     """Convert a CPU quantity in cores to millicores, rounding up; negatives read ``0``."""
     return ceil_fraction(value * MILLICORES_PER_CORE)
+
+
+_DECIMAL_SUFFIXES = {exponent: suffix for suffix, exponent in _DECIMAL_SI.items()}
+_BINARY_SUFFIXES = {power: suffix for suffix, power in _BINARY_SI.items()}
+_NANO = Fraction(1, 10**9)
+
+
+def canonical_quantity(value: str | int | float) -> str:
+    """The quantity as kube-apiserver stores and returns it (apimachinery's canonical form).
+
+    A quantity keeps the format it was written in — binary SI (``Gi``), decimal SI (a plain
+    number or ``k``, ``m``, …) or an exponent (``e3``) — and is then written with the largest
+    suffix that keeps an integer mantissa: ``320000`` is ``320k``, ``8000m`` is ``8``, ``0.5``
+    is ``500m``, ``1.5Gi`` is ``1536Mi``. A binary quantity below 1024 in magnitude, or not a
+    whole number, is written in decimal SI. Precision finer than ``1n`` is rounded up, as the
+    server rounds when it parses. Raises :class:`QuantityError` as :func:`parse_quantity` does.
+    """
+    text = _quantity_text(value)
+    number = parse_quantity(value)
+    match = _QUANTITY.fullmatch(text)
+    assert match is not None  # parse_quantity accepted it
+    if number == 0:
+        return "0"
+    if match["binary"] is not None and abs(number) >= 1024 and number.denominator == 1:
+        mantissa, power = int(number), 0
+        while mantissa % 1024 == 0 and power < max(_BINARY_SUFFIXES):
+            mantissa //= 1024
+            power += 1
+        return f"{mantissa}{_BINARY_SUFFIXES.get(power, '')}"
+    nanos = number / _NANO
+    mantissa = math.ceil(nanos) if number > 0 else math.floor(nanos)
+    exponent = -9
+    while mantissa % 10 == 0:
+        mantissa //= 10
+        exponent += 1
+    shift = exponent % 3  # Python's modulo is never negative: step down to a multiple of 3
+    mantissa *= 10**shift
+    exponent -= shift
+    if match["exponent"] is not None:
+        return f"{mantissa}e{exponent}" if exponent else str(mantissa)
+    suffix = _DECIMAL_SUFFIXES.get(exponent)
+    if suffix is None:
+        return f"{mantissa}e{exponent}"
+    return f"{mantissa}{suffix}"

@@ -44,7 +44,11 @@ from gpustack_simulator.cluster.kubelet import NodeSimulator
 from gpustack_simulator.cluster.resources import CRD, CrdError, Resource, from_crd
 from gpustack_simulator.cluster.state import ClusterState
 from gpustack_simulator.cluster.validation import validate
-from gpustack_simulator.podstatus import qos_class
+from gpustack_simulator.podstatus import (
+    canonical_node_quantities,
+    canonical_pod_quantities,
+    qos_class,
+)
 
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
@@ -860,10 +864,14 @@ class ApiServer:
             self.nodes.service_defaults(obj, previous)
         elif resource.group == "" and resource.kind == "Namespace":
             corerules.name_namespace(obj)
-        elif resource.kind == "Pod" and "status" not in obj:
-            # The QoS class is the API server's, fixed at creation (kube-apiserver refuses a
-            # later change): computed from the requests, not BestEffort for every Pod.
-            obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
+        elif resource.kind == "Pod":
+            canonical_pod_quantities(obj)
+            if "status" not in obj:
+                # The QoS class is the API server's, fixed at creation (kube-apiserver refuses
+                # a later change): computed from the requests, not BestEffort for every Pod.
+                obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
+        elif resource.kind == "Node":
+            canonical_node_quantities(obj)
         elif resource.group == admission.GROUP and resource.kind in admission.CONFIGURATION_KINDS:
             admission.default_configuration(resource.kind, obj)
         elif resource.kind == CRD:

@@ -90,6 +90,19 @@ class Ledger:
         entry.held[(container, mode)] = accelerators
         entry.written_at = time.monotonic()
 
+    def released(self, namespace: str, name: str) -> bool:
+        """Whether the kubelet freed a Pod's devices: PodResources lists no container of it.
+
+        Asked only of a Pod being deleted: a kubelet keeps a terminating Pod's devices
+        assigned until its containers are gone, then drops them, and may hand them to the
+        next Pod at once — before this process's informer has seen the old Pod go (found on
+        the real control plane: a restarted Instance's new Pod was refused the card its
+        stopped predecessor had held).
+        """
+        if self.assigned is None:
+            return False
+        return not any(k[0] == namespace and k[1] == name for k in self.assigned)
+
     def holds(self, uid: str, container: str, mode: AllocationMode) -> bool:
         """Whether this process granted the container ``mode`` already."""
         entry = self.granted.get(uid)
@@ -104,6 +117,8 @@ class Ledger:
         """One Pod's holdings of this manufacturer that a record backs (see the module)."""
         meta = pod.metadata
         key = f"{meta.namespace}/{meta.name}"
+        if meta.deletion_timestamp is not None and self.released(meta.namespace, meta.name):
+            return []
         terminated = pod.status.phase in TERMINATED_PHASES
         own = self.granted.get(meta.uid)
         mine = [  # another manufacturer's grants count against nothing here
