@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from test_standin_admission import WebhookServer, register, webhook, webhook_server
 
+from gpustack_core.quantity import parse_quantity
 from gpustack_kube.client import ApiError, KubeClient, PatchType
 from gpustack_kube.config import parse_kubeconfig
 from gpustack_simulator.cluster.server import RunningCluster
@@ -149,7 +150,11 @@ async def test_pod_resources_cannot_change_after_creation(kube: KubeClient, how:
     assert error.reason == "Invalid", error
     assert error.message.startswith(FORBIDDEN_UPDATE.format(name="slice")), error.message
     stored = await kube.get(path)
-    assert stored["spec"]["containers"][0]["resources"]["limits"] == SLICE
+    limits = stored["spec"]["containers"][0]["resources"]["limits"]
+    # By value: the server may store a quantity canonically ("160k"), as kube-apiserver does.
+    assert {k: parse_quantity(v) for k, v in limits.items()} == {
+        k: parse_quantity(v) for k, v in SLICE.items()
+    }
 
 
 async def test_what_kube_apiserver_allows_a_pod_update_still_goes(kube: KubeClient) -> None:
