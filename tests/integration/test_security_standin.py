@@ -179,3 +179,14 @@ async def test_what_kube_apiserver_allows_a_pod_update_still_goes(kube: KubeClie
     error = await _refused(kube.patch(path, {"spec": {"tolerations": []}}))
     assert error.status == 422, error
     assert error.message.startswith(FORBIDDEN_UPDATE.format(name="mutable")), error.message
+
+
+async def test_the_same_quantity_spelled_otherwise_is_no_change(kube: KubeClient) -> None:
+    path = "/api/v1/namespaces/team-a/pods/spelled"
+    await kube.create("/api/v1/namespaces/team-a/pods", pod("spelled", "team-a", {"cpu": "0.5"}))
+    current = await kube.get(path)
+    resources = {"limits": {"cpu": "500m"}, "requests": {"cpu": "500m"}}
+    current["spec"]["containers"][0]["resources"] = resources
+    current["metadata"].setdefault("labels", {})["touched"] = "yes"
+    updated = await kube.update(path, current)
+    assert updated["metadata"]["labels"]["touched"] == "yes"

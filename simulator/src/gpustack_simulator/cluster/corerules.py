@@ -21,6 +21,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from gpustack_core.quantity import QuantityError, parse_quantity
 from gpustack_simulator.cluster.admission import NAMESPACE_NAME_LABEL
 
 UPDATABLE_POD_SPEC_FIELDS = (
@@ -65,9 +66,35 @@ def pod_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Cause]:
     grace = before.get("terminationGracePeriodSeconds")
     if isinstance(grace, int) and grace < 0 and after.get("terminationGracePeriodSeconds") == 1:
         _copy(before, after, "terminationGracePeriodSeconds")
-    if after == before:
+    if _by_value(after) == _by_value(before):
         return []
     return [("spec", POD_UPDATE_FORBIDDEN, "FieldValueForbidden")]
+
+
+def _by_value(spec: Mapping[str, Any]) -> Any:
+    """``spec`` with its containers' resource quantities as numbers, compared by value.
+
+    The server decodes quantities, so ``"0.5"`` and ``"500m"`` (or a canonical ``"160k"`` and
+    ``"160000"``) are one value: re-sending a Pod as read is no change.
+    """
+    copied = copy.deepcopy(dict(spec))
+    for key in ("containers", "initContainers"):
+        for container in copied.get(key) or ():
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if not isinstance(resources, dict):
+                continue
+            for kind in ("limits", "requests"):
+                amounts = resources.get(kind)
+                if isinstance(amounts, dict):
+                    resources[kind] = {name: _amount(v) for name, v in amounts.items()}
+    return copied
+
+
+def _amount(value: Any) -> Any:
+    try:
+        return parse_quantity(value)
+    except (QuantityError, TypeError, ValueError):
+        return value  # not a quantity: compared as written
 
 
 def _copy(before: Mapping[str, Any], after: dict[str, Any], key: str) -> None:
