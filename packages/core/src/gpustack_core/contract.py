@@ -42,3 +42,12 @@ API_VERSION: Final = "v1"
 """The version the worker serves (Instances and their ``metrics`` subresource)."""
 CRD_VERSION: Final = "v1alpha1"
 """The Instance CRD's stored version."""
+
+POD_MUTATE_PATH: Final = "/mutate-v1-pod"
+POD_VALIDATE_PATH: Final = "/validate-v1-pod"
+"""The Pod admission webhook (gate 1) on the worker's secure port."""
+INSTANCE_MUTATE_PATH: Final = f"/mutate-worker-gpustack-ai-{CRD_VERSION}-instance"
+INSTANCE_VALIDATE_PATH: Final = f"/validate-worker-gpustack-ai-{CRD_VERSION}-instance"
+"""The Instance admission webhook on the worker's secure port (controller-runtime's spelling:
+``/<verb>-<group with dashes>-<version>-<kind>``), for CREATE and UPDATE of the stored version
+every write reaches, through ``v1`` or not."""

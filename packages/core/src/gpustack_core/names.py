@@ -16,6 +16,7 @@ DNS1123_SUBDOMAIN_MAX: Final = 253
 
 _LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS1035: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
 def dns1123_label_problem(value: str) -> str | None:
@@ -26,6 +27,22 @@ def dns1123_label_problem(value: str) -> str | None:
         return (
             "a lowercase RFC 1123 label must consist of lower case alphanumeric characters "
             "or '-', and must start and end with an alphanumeric character"
+        )
+    return None
+
+
+def dns1035_label_problem(value: str) -> str | None:
+    """Why ``value`` is not a DNS-1035 label (a Service's name), or ``None``.
+
+    A DNS-1123 label that also starts with a letter: a Service's name becomes a DNS name
+    whose first label must not look like a number, so ``1abc`` may name a Pod but no Service.
+    """
+    if len(value) > DNS1123_LABEL_MAX:
+        return f"must be no more than {DNS1123_LABEL_MAX} characters"
+    if not _DNS1035.fullmatch(value):
+        return (
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
+            "start with an alphabetic character, and end with an alphanumeric character"
         )
     return None
 
@@ -75,6 +92,7 @@ def is_dns1123_subdomain(value: str) -> bool:
 __all__ = [
     "DNS1123_LABEL_MAX",
     "DNS1123_SUBDOMAIN_MAX",
+    "dns1035_label_problem",
     "dns1123_label_problem",
     "dns1123_subdomain_problem",
     "is_dns1123_label",
