@@ -84,6 +84,7 @@ class Resource:
 PODS: Final = Resource("", "v1", "pods")
 NODES: Final = Resource("", "v1", "nodes", namespaced=False)
 CONFIGMAPS: Final = Resource("", "v1", "configmaps")
+SECRETS: Final = Resource("", "v1", "secrets")
 SERVICES: Final = Resource("", "v1", "services")
 EVENTS: Final = Resource("", "v1", "events")
 NETWORK_POLICIES: Final = Resource("networking.k8s.io", "v1", "networkpolicies")
@@ -118,6 +119,7 @@ __all__ = [
     "NODE_FEATURES",
     "PODS",
     "POD_METRICS",
+    "SECRETS",
     "SUBJECT_ACCESS_REVIEWS",
     "TOKEN_REVIEWS",
     "PathSegmentError",

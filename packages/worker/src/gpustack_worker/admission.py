@@ -40,6 +40,7 @@ from typing import Any, Final, Literal
 import msgspec
 import trio
 
+from gpustack_core import contract
 from gpustack_core.decoding import ContractError, convert, decode_json
 from gpustack_core.devices import DevicesSpec, GroupSpec
 from gpustack_core.modes import AllocationMode
@@ -57,8 +58,8 @@ from gpustack_kube.paths import DEVICES
 
 log = logging.getLogger("gpustack.worker.admission")
 
-MUTATE_PATH: Final = "/mutate-v1-pod"
-VALIDATE_PATH: Final = "/validate-v1-pod"
+MUTATE_PATH: Final = contract.POD_MUTATE_PATH
+VALIDATE_PATH: Final = contract.POD_VALIDATE_PATH
 PHASES: Final[Mapping[str, Literal["mutate", "validate"]]] = {
     MUTATE_PATH: "mutate",
     VALIDATE_PATH: "validate",
@@ -95,6 +96,7 @@ class _Request(msgspec.Struct, frozen=True):
     namespace: str = ""
     name: str = ""
     object: dict[str, Any] | None = None
+    old_object: dict[str, Any] | None = msgspec.field(default=None, name="oldObject")
 
 
 class _Review(msgspec.Struct, frozen=True, rename="camel"):
@@ -113,6 +115,12 @@ class Review:
     name: str
     pod: Mapping[str, Any] | None
     """The Pod being created; ``None`` when the review is about something else."""
+    group: str = ""
+    kind: str = ""
+    obj: dict[str, Any] | None = None
+    """``request.object``: what will be stored (``None`` for a DELETE)."""
+    old: dict[str, Any] | None = None
+    """``request.oldObject``: what is stored now (``None`` for a CREATE)."""
 
 
 def decode_review(body: bytes) -> Review:
@@ -138,6 +146,10 @@ def decode_review(body: bytes) -> Review:
         namespace=request.namespace,
         name=request.name,
         pod=request.object if is_pod else None,
+        group=request.kind.group,
+        kind=request.kind.kind,
+        obj=request.object,
+        old=request.old_object,
     )
 
 
@@ -146,12 +158,26 @@ def _one_line(text: str) -> str:
 
 
 def answer(
-    uid: str, *, patch: Sequence[Mapping[str, Any]] = (), denied: str | None = None
+    uid: str,
+    *,
+    patch: Sequence[Mapping[str, Any]] = (),
+    denied: str | None = None,
+    code: int = 403,
+    reason: str = "Forbidden",
+    causes: Sequence[Mapping[str, str]] = (),
 ) -> bytes:
-    """The response review: allowed (with a JSONPatch when there is one) or denied (403)."""
+    """The response review: allowed (with a JSONPatch when there is one) or denied.
+
+    A denial carries ``code`` and ``reason`` (403 ``Forbidden`` unless the webhook says
+    otherwise: 422 ``Invalid`` for a field that is wrong) and the field ``causes``, which
+    kube-apiserver passes on in the ``Status`` the client reads.
+    """
     response: dict[str, Any] = {"uid": uid, "allowed": denied is None}
     if denied is not None:
-        response["status"] = {"code": 403, "reason": "Forbidden", "message": denied}
+        status: dict[str, Any] = {"code": code, "reason": reason, "message": denied}
+        if causes:
+            status["details"] = {"causes": [dict(c) for c in causes]}
+        response["status"] = status
     elif patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(msgspec.json.encode(list(patch))).decode()

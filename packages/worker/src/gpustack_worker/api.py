@@ -30,13 +30,14 @@ import msgspec
 import trio
 from quart import Response, g, request
 from quart_trio import QuartTrio
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
 from gpustack_core.names import (
     dns1123_label_problem,
     dns1123_subdomain_problem,
     path_segment_problem,
 )
+from gpustack_core.settings import Settings
 from gpustack_core.status import StatusError, no_route, not_found
 from gpustack_kube.client import ApiError, KubeClient, KubeError, PatchType
 from gpustack_kube.guard import RequestGuard
@@ -45,6 +46,8 @@ from gpustack_worker import discovery, openapi
 from gpustack_worker.admission import MAX_REVIEW_BYTES, PHASES, AdmissionWebhook
 from gpustack_worker.authn import Authenticator, Unauthenticated, UserInfo
 from gpustack_worker.authz import Attributes, AuthorizationError, Authorizer, forbidden_message
+from gpustack_worker.instance_admission import PHASES as INSTANCE_PHASES
+from gpustack_worker.instance_admission import InstanceWebhook
 from gpustack_worker.instances_v1 import as_v1, storage_body, table, table_version
 from gpustack_worker.subresource import Sources, Unavailable, instance_metrics_json
 from gpustack_worker.tls import presented_chain
@@ -76,6 +79,12 @@ class Surface:
     """Answers by status code, for tests and benchmarks."""
     admission: AdmissionWebhook | None = None
     """The Pod webhook; ``None`` builds one over ``sources.client``."""
+    settings: Callable[[], Settings] = Settings
+    """The operator Settings in force (``OperatorSettings.current``); the defaults without."""
+    instance_admission: InstanceWebhook | None = None
+    """The Instance webhook; ``None`` builds one sharing the Pod webhook's ``Devices`` cache."""
+    body_timeout: float = 10.0
+    """Seconds a request body may take to arrive before the answer is ``408``."""
 
 
 def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
@@ -223,12 +232,16 @@ def build_app(surface: Surface, *, fast_path: bool = True) -> QuartTrio:
     """
     app = QuartTrio(__name__)
     app.config["RESPONSE_TIMEOUT"] = RESPONSE_TIMEOUT
-    app.config["BODY_TIMEOUT"] = 10
+    app.config["BODY_TIMEOUT"] = surface.body_timeout
     # Bodies read: admission reviews (one Pod each) and Instance writes, both under 3 MiB
     # (kube-apiserver's own request limit).
     app.config["MAX_CONTENT_LENGTH"] = MAX_REVIEW_BYTES
     if surface.admission is None:
         surface.admission = AdmissionWebhook.of(surface.sources.client)
+    if surface.instance_admission is None:
+        surface.instance_admission = InstanceWebhook(
+            surface.sources.client, surface.admission.devices, surface.settings
+        )
     routes = _Routes(surface)
     inner = _FastPath(app.asgi_app, routes) if fast_path else app.asgi_app
     app.asgi_app = RequestGuard(inner, _status_rejection)  # type: ignore[method-assign]
@@ -284,7 +297,7 @@ class _Routes:
         path = raw_path.rstrip("/") or "/"
         if path in HEALTH_PATHS:
             return self.health(path)
-        if path in PHASES:  # called by kube-apiserver, which presents no credential
+        if path in PHASES or path in INSTANCE_PHASES:  # kube-apiserver presents no credential
             return await self.admission(path)
         user = await self.authenticate()
         g.user = user.name  # for the access log, whatever the answer
@@ -305,23 +318,34 @@ class _Routes:
             return f"[-]{problem}\nreadyz check failed\n".encode(), 500, TEXT
         return b"ok", 200, TEXT
 
-    # -- the Pod admission webhook (gpustack_worker.admission) ------------------------------
+    # -- the admission webhooks (gpustack_worker.admission, .instance_admission) ------------
 
     async def admission(self, path: str) -> Response:
+        """One review: a JSON ``AdmissionReview`` body, else a one-line 4xx (never a 500).
+
+        kube-apiserver always sends ``Content-Type: application/json``; anything else is not
+        a review (400), as a body that is not one is.
+        """
         if request.method != "POST":
             raise StatusError(
                 405, f"the admission webhook {path} accepts POST only ({request.method})"
             )
-        try:
-            body = await request.get_data(cache=False, as_text=False)
-        except RequestEntityTooLarge:
-            return Response(
-                f"AdmissionReview: body larger than {MAX_REVIEW_BYTES} bytes\n", status=413
+        content_type = _media_type()
+        if content_type != JSON:
+            return _text(
+                400,
+                f"AdmissionReview: the content type must be {JSON}, not {content_type or '(none)'}",
             )
+        try:
+            body = await _raw_body()
+        except StatusError as exc:
+            if exc.code == 413:
+                return _text(413, f"AdmissionReview: body larger than {MAX_REVIEW_BYTES} bytes")
+            return _text(exc.code, f"AdmissionReview: {exc.message}")
         assert self.surface.admission is not None  # build_app made one
-        status, answer = await self.surface.admission.handle(
-            path, body if isinstance(body, bytes) else body.encode()
-        )
+        assert self.surface.instance_admission is not None
+        webhook = self.surface.admission if path in PHASES else self.surface.instance_admission
+        status, answer = await webhook.handle(path, body)
         if status != 200:
             return Response(answer, status=status, content_type="text/plain; charset=utf-8")
         return Response(answer, status=200, content_type=JSON)
@@ -417,7 +441,8 @@ class _Routes:
         )
         client = self.surface.sources.client
         params = {k: request.args[k] for k in WRITE_PARAMS if k in request.args}
-        body = await _body()
+        patch_type = _patch_type() if verb == "patch" else None
+        body = await _body(writes_object=verb in {"create", "update"})
         try:
             if verb == "create":
                 stored = storage_body(body, namespace, None)
@@ -428,7 +453,10 @@ class _Routes:
             if verb == "update":
                 answer = await client.update(path, storage_body(body, namespace, name))
             elif verb == "patch":
-                answer = await client.patch(path, _patch_body(body), _patch_type(), params=params)
+                assert patch_type is not None
+                answer = await client.patch(
+                    path, _patch_body(body, patch_type), patch_type, params=params
+                )
             else:
                 answer = await _delete(client, path, body, params)
         except ApiError as exc:
@@ -583,18 +611,81 @@ WATCH_PARAMS = (*LIST_PARAMS, "timeoutSeconds", "allowWatchBookmarks")
 MAX_WATCH_SECONDS = 1800
 """The longest one watch stream lasts; the client re-watches from its last version."""
 PATCH_TYPES = {t.value: t for t in (PatchType.MERGE, PatchType.JSON)}
+PROPAGATION_POLICIES = ("Orphan", "Background", "Foreground")
 
 
-async def _body() -> object:
-    """The request's JSON body (``None`` when empty); 400 naming the problem otherwise."""
-    raw = await request.get_data(cache=False, as_text=False)
-    data = raw if isinstance(raw, bytes) else raw.encode()
-    if not data.strip():
-        return None
+def _text(status: int, line: str) -> Response:
+    """A webhook's refusal: one line of text (kube-apiserver reads only the code)."""
+    return Response(f"{line}\n", status=status, content_type=TEXT)
+
+
+def _media_type() -> str:
+    """The request's ``Content-Type`` without parameters, lower-cased (``""`` when absent)."""
+    return request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+
+
+async def _raw_body() -> bytes:
+    """The whole body, or a ``StatusError``: 413 past the size limit, 408 past the deadline."""
     try:
-        return json.loads(data)
+        raw = await request.get_data(cache=False, as_text=False)
+    except RequestEntityTooLarge as exc:
+        raise StatusError(
+            413,
+            f"the request body is larger than {MAX_REVIEW_BYTES} bytes",
+            reason="RequestEntityTooLarge",
+        ) from exc
+    except RequestTimeout as exc:
+        raise StatusError(408, "the request body did not arrive in time", reason="Timeout") from exc
+    return raw if isinstance(raw, bytes) else raw.encode()
+
+
+class _NotFiniteError(ValueError):
+    pass
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _NotFiniteError(f"the number {text[:32]} is out of range")
+    return value
+
+
+def _constant(name: str) -> float:
+    raise _NotFiniteError(f"{name} is not JSON")
+
+
+def _parse_json(data: bytes) -> object:
+    """Strict JSON: ``NaN``, ``Infinity`` and numbers past a double (``1e400``) are refused.
+
+    Python's parser accepts all three and the answer would then fail to encode: a 500 for
+    what is the caller's mistake.
+    """
+    try:
+        return json.loads(data, parse_float=_finite, parse_constant=_constant)
+    except _NotFiniteError as exc:
+        raise StatusError(400, f"the request body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise StatusError(400, "the request body is nested too deeply") from exc
     except ValueError as exc:
         raise StatusError(400, f"the request body is not JSON: {exc}") from exc
+
+
+async def _body(*, writes_object: bool = False) -> object:
+    """The request's JSON body (``None`` when empty); a 4xx naming the problem otherwise.
+
+    ``writes_object``: a create or update, whose body must be sent as ``application/json``
+    (415 otherwise, as an API server answers a media type it does not decode).
+    """
+    if writes_object and _media_type() not in (JSON, ""):
+        raise StatusError(
+            415,
+            f"the body's content type {_media_type()} is not supported: send {JSON}",
+            reason="UnsupportedMediaType",
+        )
+    data = await _raw_body()
+    if not data.strip():
+        return None
+    return _parse_json(data)
 
 
 def _patch_type() -> PatchType:
@@ -611,27 +702,60 @@ def _patch_type() -> PatchType:
     return found
 
 
-def _patch_body(body: object) -> dict[str, Any] | list[dict[str, Any]]:
+def _patch_body(body: object, patch_type: PatchType) -> dict[str, Any] | list[dict[str, Any]]:
+    """The body the patch type takes: a merge patch is an object, a JSON patch a list of them."""
+    if patch_type is PatchType.JSON:
+        if isinstance(body, list) and all(isinstance(op, dict) for op in body):
+            return body
+        raise StatusError(
+            400, "a JSON patch (application/json-patch+json) is a list of operation objects"
+        )
     if isinstance(body, dict):
         return body
-    if isinstance(body, list) and all(isinstance(op, dict) for op in body):
-        return body
-    raise StatusError(400, "a patch is a JSON object (merge) or a list of operations (JSON)")
+    raise StatusError(400, "a merge patch (application/merge-patch+json) is a JSON object")
+
+
+def _whole(name: str, value: object) -> int | None:
+    """A whole-number option (``gracePeriodSeconds``) from the query or body; 400 otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise StatusError(400, f"{name} must be a whole number of seconds, not {value!r}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise StatusError(
+            400, f"{name} must be a whole number of seconds, not {str(value)[:32]!r}"
+        ) from None
+    if number < 0:
+        raise StatusError(400, f"{name} must not be negative, not {number}")
+    return number
 
 
 async def _delete(
     client: KubeClient, path: str, body: object, params: Mapping[str, str]
 ) -> dict[str, Any]:
     """DELETE with the caller's ``DeleteOptions`` (body or query) carried over."""
-    options = body if isinstance(body, dict) else {}
+    if body is not None and not isinstance(body, dict):
+        raise StatusError(400, "the DeleteOptions body is not a JSON object")
+    options = body or {}
     policy = options.get("propagationPolicy") or request.args.get("propagationPolicy")
-    grace = options.get("gracePeriodSeconds", request.args.get("gracePeriodSeconds"))
+    if policy is not None and policy not in PROPAGATION_POLICIES:
+        raise StatusError(
+            400,
+            f"propagationPolicy must be one of {', '.join(PROPAGATION_POLICIES)}, "
+            f"not {str(policy)[:32]!r}",
+        )
+    grace = _whole(
+        "gracePeriodSeconds",
+        options.get("gracePeriodSeconds", request.args.get("gracePeriodSeconds")),
+    )
     preconditions = options.get("preconditions")
     return await client.delete(
         path,
         propagation_policy=str(policy) if policy else None,
         preconditions=preconditions if isinstance(preconditions, dict) else None,
-        grace_period_seconds=int(grace) if grace is not None else None,
+        grace_period_seconds=grace,
         params=dict(params) or None,
     )
 

@@ -14,7 +14,7 @@ import gc
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import partial
@@ -50,6 +50,7 @@ from gpustack_worker.held import node_informer
 from gpustack_worker.instances.controller import ControllerOptions, InstanceController
 from gpustack_worker.nodecapacity import run_node_capacity
 from gpustack_worker.nodefeatures import run_node_features
+from gpustack_worker.settings import OperatorSettings
 from gpustack_worker.subresource import Sources, device_manager_client
 from gpustack_worker.summaries import SummaryCache
 from gpustack_worker.tls import ContextHolder, serve_tls, server_context
@@ -106,6 +107,9 @@ class WorkerOptions:
         default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname()
     )
     """This replica's name in the controller's Lease: the Pod name where the chart sets it."""
+    settings_environ: Mapping[str, str] | None = None
+    """Where the Settings' ``GPUSTACK_<UPPER_SNAKE>`` seeds are read (``None``: the process's
+    environment, as the chart sets it)."""
     settle_heap: bool = False
     """Once the informers have synced, collect once and freeze what is alive (``gc.freeze``):
     the caches, the imported modules and the startup state are then never traversed again
@@ -297,6 +301,7 @@ async def serve(
             authenticator = Authenticator(new, token_reviewer(client))
 
         kubelets, addresses, read_summary = _summary_reader(client, options.kubelet)
+        operator_settings = _operator_settings(nursery, client, options)
 
         try:
             summaries = SummaryCache(read_summary, nursery)
@@ -316,10 +321,11 @@ async def serve(
                 authenticator=lambda: authenticator,
                 authorizer=Authorizer(client.post, nursery=nursery),
                 ready=lambda: None,
+                settings=lambda: operator_settings.current,
             )
             app = build_app(surface)
             controller = _start_tasks(
-                nursery, options, client, lambda: settings.run(replace), views
+                nursery, options, client, lambda: settings.run(replace), views, operator_settings
             )
             if options.cert_dir is not None:
                 nursery.start_soon(reloader.run)
@@ -341,6 +347,19 @@ async def serve(
         if controller is not None:
             await controller.drain(timeout=2.0)  # no write left half-sent by the cancel below
         nursery.cancel_scope.cancel()
+
+
+def _operator_settings(
+    nursery: trio.Nursery, client: KubeClient, options: WorkerOptions
+) -> OperatorSettings:
+    """The operator Settings (the Secret ``gpustack-settings``), followed and seeded.
+
+    Started before anything serves: the Instance webhook reads the gates at every review, the
+    controller the rest.
+    """
+    settings = OperatorSettings(client, options.system_namespace, environ=options.settings_environ)
+    nursery.start_soon(settings.run)
+    return settings
 
 
 HEAP_SETTLE_WAIT = 30.0
@@ -373,6 +392,7 @@ def _start_tasks(
     client: KubeClient,
     settings: Callable[[], Awaitable[None]],
     views: Views,
+    operator_settings: OperatorSettings,
 ) -> InstanceController | None:
     """The worker's background loops: settings, NodeFeatures, node capacity, the controller."""
     nursery.start_soon(settings)
@@ -394,6 +414,7 @@ def _start_tasks(
             client,
             ControllerOptions(system_namespace=options.system_namespace, identity=options.identity),
             nodes=nodes,
+            settings=operator_settings,
         )
         nursery.start_soon(controller.run)
         return controller

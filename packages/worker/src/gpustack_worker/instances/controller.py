@@ -19,23 +19,22 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from fractions import Fraction
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 import trio
 
 from gpustack_core import contract
 from gpustack_core.decoding import ContractError
-from gpustack_core.instance import Instance, InstanceStatus, instance_from_object
+from gpustack_core.instance import Condition, Instance, InstanceStatus, instance_from_object
 from gpustack_core.instancetype import InstanceType, instancetype_from_object
+from gpustack_core.settings import Settings
 from gpustack_kube.client import AlreadyExists, ApiError, Conflict, KubeClient, KubeError, NotFound
 from gpustack_kube.informer import Informer, Key
 from gpustack_kube.leader import ElectionConfig, LeaderElector
 from gpustack_kube.paths import (
-    CONFIGMAPS,
     EVENTS,
     INSTANCE_TYPES,
     INSTANCES,
@@ -56,53 +55,50 @@ from gpustack_worker.instances.render import (
     PodInputs,
     RenderError,
     belongs_to,
-    parse_cidrs,
     render_isolation_policy,
     render_pod,
     render_service,
 )
 from gpustack_worker.instances.status import derive_status
+from gpustack_worker.settings import OperatorSettings
 
 log = logging.getLogger("gpustack.worker.instances")
 
-SETTINGS_CONFIGMAP: Final = "gpustack-operator-settings"
-ISOLATION_SETTING: Final = "instance-isolation-pod-cidrs"
-SSHD_IMAGE_SETTING: Final = "instance-sshd-image"
-CPU_OVERCOMMIT_SETTING: Final = "instance-cpu-overcommit"
-MEMORY_OVERCOMMIT_SETTING: Final = "instance-memory-overcommit"
 COMPONENT: Final = "gpustack-operator-worker"
 RUNTIME_CLASSES: Final = {"nvidia": "nvidia", "mthreads": "mthreads", "iluvatar": "iluvatar"}
 """RuntimeClass names per manufacturer, used only when the cluster serves one by that name
 (looked up, never assumed)."""
 PREDECESSOR_RECHECK: Final = 1.0
 """Seconds before looking again at a Pod a previous incarnation still holds the name of."""
+SETTINGS_WAIT: Final = 30.0
+"""Seconds the workers wait for the Settings' first read before reconciling on the defaults."""
+POD_CREATED: Final = "PodCreated"
+SERVICE_CREATED: Final = "ServiceCreated"
+"""The conditions that say whether the API server took the Pod and the Service the controller
+rendered: ``False`` with the server's reason and message when it refused one."""
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The operator Settings the controller reads (``gpustack-operator-settings``)."""
+class Refusal:
+    """The API server refused an object the controller rendered (a webhook, a quota, …).
 
-    isolation_cidrs: str = ""
-    sshd_image: str = ""
-    overcommit: Overcommit = field(default_factory=Overcommit)
+    What it says must reach the user on the Instance — its ``phaseMessage``, a condition and
+    an Event — not only the worker's log.
+    """
+
+    condition: str
+    reason: str
+    """CamelCase: the ``Status`` reason (``Forbidden``, ``Invalid``, ``InternalError``)."""
+    message: str
 
 
-def settings_from_configmap(data: Mapping[str, str]) -> Settings:
-    """Parse the Settings; ``ValueError`` names the key and why (the previous ones stay)."""
-    cidrs = data.get(ISOLATION_SETTING, "")
-    parse_cidrs(cidrs)  # refuse a bad value here, not at every reconcile
-    ratios = {}
-    for key in (CPU_OVERCOMMIT_SETTING, MEMORY_OVERCOMMIT_SETTING):
-        text = data.get(key, "1").strip() or "1"
-        try:
-            ratios[key] = Fraction(text)
-        except (ValueError, ZeroDivisionError):
-            raise ValueError(f"{key}: {text!r} is not a number") from None
-    try:
-        overcommit = Overcommit(ratios[CPU_OVERCOMMIT_SETTING], ratios[MEMORY_OVERCOMMIT_SETTING])
-    except ValueError as exc:
-        raise ValueError(f"{CPU_OVERCOMMIT_SETTING}/{MEMORY_OVERCOMMIT_SETTING}: {exc}") from None
-    return Settings(cidrs, data.get(SSHD_IMAGE_SETTING, "").strip(), overcommit)
+def refusal(condition: str, what: str, exc: ApiError) -> Refusal:
+    """A :class:`Refusal` from the API server's answer, its message kept whole."""
+    reason = "".join(c for c in (exc.reason or "") if c.isalnum()) or f"Code{exc.status}"
+    if not reason[0].isalpha():
+        reason = f"Code{reason}"
+    text = " ".join((exc.message or exc.reason or str(exc.status)).split())
+    return Refusal(condition, reason, f"creating {what} was refused: {text}")
 
 
 @dataclass(frozen=True)
@@ -166,11 +162,13 @@ class InstanceController:
         options: ControllerOptions | None = None,
         *,
         nodes: Informer[dict[str, Any]] | None = None,
+        settings: OperatorSettings | None = None,
     ) -> None:
         """Informers over ``client``.
 
         ``nodes``: a Node informer the caller runs and shares (``held_node`` objects);
-        without one the controller runs its own.
+        without one the controller runs its own. ``settings``: the operator Settings the
+        caller runs and shares; without them the controller follows (and seeds) its own.
         """
         self.client = client
         self.options = options or ControllerOptions()
@@ -202,13 +200,8 @@ class InstanceController:
         )
         self._owns_nodes = nodes is None
         self.nodes: Informer[dict[str, Any]] = nodes or node_informer(client)
-        self.settings_source: Informer[dict[str, Any]] = Informer(
-            client,
-            CONFIGMAPS.path(self.options.system_namespace),
-            field_selector=f"metadata.name={SETTINGS_CONFIGMAP}",
-        )
-        self.settings = Settings()
-        self.settings_error: str | None = None
+        self._owns_settings = settings is None
+        self.operator_settings = settings or OperatorSettings(client, self.options.system_namespace)
         self.runtime_classes: set[str] = set()
         self.elector = LeaderElector(
             client,
@@ -227,7 +220,8 @@ class InstanceController:
         self.writes: list[tuple[str, str]] = []
         """(verb, what) of every write made; for tests and the debug state."""
         self._told: dict[str, str] = {}
-        self._pending_events: list[tuple[Instance, str, str, str]] = []
+        self._repeats: dict[str, Told] = {}
+        self._pending_events: list[Told] = []
         self._wire()
 
     # -- wiring ---------------------------------------------------------------------------
@@ -239,7 +233,7 @@ class InstanceController:
         self.policies.add_handler(lambda key: self.queue.add(key[0]))
         self.types.add_handler(self._type_changed)
         self.nodes.add_handler(self._node_changed)
-        self.settings_source.add_handler(lambda _key: self._settings_changed())
+        self.operator_settings.add_handler(lambda _settings: self._settings_changed())
 
     def _instance_changed(self, key: Key) -> None:
         self.queue.add(f"{key[0]}/{key[1]}")
@@ -257,22 +251,17 @@ class InstanceController:
             meta = pod.get("metadata", {})
             self.queue.add(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
 
+    @property
+    def settings(self) -> Settings:
+        """The operator Settings in force now."""
+        return self.operator_settings.current
+
     def _settings_changed(self) -> None:
-        found = self.settings_source.get(self.options.system_namespace, SETTINGS_CONFIGMAP)
-        data = (found or {}).get("data") or {}
-        try:
-            fresh = settings_from_configmap(data)
-        except ValueError as exc:
-            self.settings_error = str(exc)
-            log.warning("keeping the current Settings: %s", exc)
-            return
-        self.settings_error = None
-        if fresh != self.settings:
-            self.settings = fresh
-            for instance in self.instances.objects():
-                self._instance_changed((instance.metadata.namespace, instance.metadata.name))
-            for namespace in self._policy_namespaces():
-                self.queue.add(namespace)
+        """A Setting changed: every Instance and isolation policy is looked at again."""
+        for instance in self.instances.objects():
+            self._instance_changed((instance.metadata.namespace, instance.metadata.name))
+        for namespace in self._policy_namespaces():
+            self.queue.add(namespace)
 
     def _policy_namespaces(self) -> set[str]:
         return {p.get("metadata", {}).get("namespace", "") for p in self.policies.objects()}
@@ -282,12 +271,18 @@ class InstanceController:
     async def run(self) -> None:
         """Informers always; the workers only while this replica leads."""
         async with trio.open_nursery() as nursery:
+            if self._owns_settings:
+                nursery.start_soon(self.operator_settings.run)
             for informer in self._informers():
                 await nursery.start(informer.run)
             while not self.nodes.synced:  # a shared one, run by its owner
                 await self.nodes.wait_changed()
             await self._read_runtime_classes()
-            self._settings_changed()
+            with trio.move_on_after(SETTINGS_WAIT) as waited:
+                await self.operator_settings.read.wait()
+            if waited.cancelled_caught:
+                log.warning("the Settings were not read in %.0fs: reconciling on the defaults "
+                            "until they are", SETTINGS_WAIT)  # fmt: skip
             if self.options.leader_election:
                 await self.elector.run(self._work)
             else:
@@ -307,7 +302,6 @@ class InstanceController:
     def _informers(self) -> Iterable[Informer[Any]]:
         nodes = (self.nodes,) if self._owns_nodes else ()
         return (
-            self.settings_source,
             self.types,
             *nodes,
             self.services,
@@ -386,22 +380,33 @@ class InstanceController:
         if unavailable is not None and not instance.spec.stop:
             await self._stop(instance, unavailable)
             return None
+        refused: list[Refusal] = []
         if not instance.spec.stop:
             # Ports edited while stopped apply when the Instance starts again (gpu-instances.md):
             # until then the Service and every node port a user connected to stay as they are.
-            await self._reconcile_service(instance, service)
+            try:
+                await self._reconcile_service(instance, service)
+            except ApiError as exc:
+                refused.append(refusal(SERVICE_CREATED, f"Service {meta.name}", exc))
         recheck = None
-        problem = None
         if instance.spec.stop:
             await self._delete_pod(instance, pod, "Stopping", "spec.stop is set")
         else:
             try:
                 recheck = await self._reconcile_pod(instance, pod, inputs)
             except RenderError as exc:
-                problem = str(exc)
-                self._event(instance, "Warning", "InvalidSpec", problem)
+                refused.append(Refusal(POD_CREATED, "InvalidSpec", str(exc)))
+            except ApiError as exc:
+                refused.append(refusal(POD_CREATED, f"Pod {meta.name}", exc))
+        for said in refused:
+            reason = "InvalidSpec" if said.reason == "InvalidSpec" else "FailedCreate"
+            self._event(instance, "Warning", reason, said.message, repeat=reason == "FailedCreate")
         await self._write_status(instance, pod, self.services.get(meta.namespace, meta.name),
-                                 problem=problem)  # fmt: skip
+                                 refused=refused)  # fmt: skip
+        if any(r.reason != "InvalidSpec" for r in refused):
+            # The server may take it later (a quota freed, a webhook fixed): try again, backing
+            # off per key, as for any failed write.
+            raise RefusedError(refused[0].message)
         return recheck
 
     def _inputs(self, instance: Instance) -> tuple[PodInputs, str | None]:
@@ -427,8 +432,10 @@ class InstanceController:
                 queue=queue,
                 hostname=hostname,
                 runtime_class=runtime if runtime in self.runtime_classes else None,
-                sshd_image=self.settings.sshd_image,
-                overcommit=self.settings.overcommit,
+                sshd_image=self.settings.instance_ssh_server_image,
+                overcommit=Overcommit(
+                    self.settings.instance_cpu_overcommit, self.settings.instance_memory_overcommit
+                ),
             ),
             None,
         )
@@ -535,13 +542,19 @@ class InstanceController:
         pod: dict[str, Any] | None,
         service: dict[str, Any] | None,
         *,
-        problem: str | None = None,
+        refused: list[Refusal] | None = None,
     ) -> None:
         node_name = (pod or {}).get("spec", {}).get("nodeName") or ""
         node = self.nodes.get("", node_name) if node_name else None
         status = derive_status(instance, pod, service, node)
-        if problem is not None:
-            status = msgspec.structs.replace(status, phase_message=problem)
+        refused = refused or []
+        conditions = _conditions(instance, status, service, refused)
+        status = msgspec.structs.replace(status, conditions=conditions)
+        pod_refused = [r for r in refused if r.condition == POD_CREATED]
+        if pod_refused or refused:
+            status = msgspec.structs.replace(
+                status, phase_message=(pod_refused or refused)[0].message
+            )
         if status == instance.status:
             return
         meta = instance.metadata
@@ -557,7 +570,7 @@ class InstanceController:
 
     async def _reconcile_isolation(self, namespace: str) -> None:
         """One policy per namespace holding an Instance; only the operator's own is touched."""
-        cidrs = parse_cidrs(self.settings.isolation_cidrs)
+        cidrs = list(self.settings.instance_isolation_pod_cidrs)
         existing = self.policies.get(namespace, ISOLATION_POLICY)
         ours = existing is not None and _labels(existing).get(MANAGED_BY_LABEL) == MANAGED_BY
         path = NETWORK_POLICIES.path(namespace, ISOLATION_POLICY)
@@ -593,47 +606,153 @@ class InstanceController:
 
     # -- events ---------------------------------------------------------------------------
 
-    def _event(self, instance: Instance, kind: str, reason: str, message: str) -> None:
-        """Record an Event on the Instance (best effort: a failed Event never fails a write)."""
-        said = f"{kind}/{reason}/{message}"
+    def _event(
+        self, instance: Instance, kind: str, reason: str, message: str, *, repeat: bool = False
+    ) -> None:
+        """Record an Event on the Instance (best effort: a failed Event never fails a write).
+
+        The same thing said again by a repeated reconcile is said once. With ``repeat`` (a
+        create the API server refused, tried again) each attempt counts: the Event already
+        posted gets its ``count`` raised and its ``lastTimestamp`` moved, as client-go's
+        event correlator does, instead of a new Event per attempt.
+        """
         key = f"{instance.metadata.namespace}/{instance.metadata.name}/{instance.metadata.uid}"
+        if repeat:
+            repeated = f"{key}/{kind}/{reason}/{message}"
+            told = self._repeats.get(repeated)
+            if told is not None:
+                told.count += 1
+                self._pending_events.append(told)
+                return
+            if len(self._repeats) > 4096:
+                self._repeats.clear()
+            told = self._repeats[repeated] = Told(instance, kind, reason, message)
+            log.info("%s: %s %s: %s", key, kind, reason, message)
+            self._pending_events.append(told)
+            return
+        said = f"{kind}/{reason}/{message}"
         if self._told.get(key) == said:
             return  # the same thing again, as a repeated reconcile would: said once
         self._told[key] = said
         log.info("%s: %s %s: %s", key, kind, reason, message)
-        self._pending_events.append((instance, kind, reason, message))
+        self._pending_events.append(Told(instance, kind, reason, message))
 
     async def flush_events(self) -> None:
         """Write the Events recorded so far (the reconcile loop calls this after each key)."""
         pending, self._pending_events = self._pending_events, []
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        for instance, kind, reason, message in pending:
-            meta = instance.metadata
-            body = {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"generateName": f"{meta.name}.", "namespace": meta.namespace},
-                "involvedObject": {
-                    "apiVersion": f"{contract.API_GROUP}/{contract.CRD_VERSION}",
-                    "kind": "Instance",
-                    "name": meta.name,
-                    "namespace": meta.namespace,
-                    "uid": meta.uid,
-                },
-                "reason": reason,
-                "message": message[:1024],
-                "type": kind,
-                "source": {"component": COMPONENT},
-                "reportingComponent": COMPONENT,
-                "reportingInstance": self.options.identity,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-            }
+        for told in pending:
+            meta = told.instance.metadata
             try:
-                await self.client.create(EVENTS.path(meta.namespace), body)
+                if told.name:
+                    try:
+                        await self.client.patch(
+                            EVENTS.path(meta.namespace, told.name),
+                            {"count": told.count, "lastTimestamp": now},
+                        )
+                        continue
+                    except NotFound:
+                        told.first = ""  # expired: post it again
+                if not told.first:
+                    told.first = now
+                created = await self.client.create(
+                    EVENTS.path(meta.namespace), self._event_body(told, now)
+                )
+                told.name = str(created.get("metadata", {}).get("name") or "")
             except (ApiError, KubeError) as exc:
                 log.info("event for %s/%s not recorded: %s", meta.namespace, meta.name, exc)
+
+    def _event_body(self, told: Told, now: str) -> dict[str, Any]:
+        meta = told.instance.metadata
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.name}.", "namespace": meta.namespace},
+            "involvedObject": {
+                "apiVersion": f"{contract.API_GROUP}/{contract.CRD_VERSION}",
+                "kind": "Instance",
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "uid": meta.uid,
+            },
+            "reason": told.reason,
+            "message": told.message[:1024],
+            "type": told.kind,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.options.identity,
+            "firstTimestamp": told.first or now,
+            "lastTimestamp": now,
+            "count": told.count,
+        }
+
+
+@dataclass
+class Told:
+    """One Event to post, or posted (``name``) and counted again."""
+
+    instance: Instance
+    kind: str
+    reason: str
+    message: str
+    name: str = ""
+    count: int = 1
+    first: str = ""
+
+
+class RefusedError(KubeError):
+    """The API server refused a rendered object: reconcile the key again, backing off."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _conditions(
+    instance: Instance,
+    status: InstanceStatus,
+    service: Mapping[str, Any] | None,
+    refused: list[Refusal],
+) -> tuple[Condition, ...]:
+    """``PodCreated`` and ``ServiceCreated`` as this reconcile found them; others kept.
+
+    ``False`` with the server's reason when it refused the object now; ``True`` once the
+    object exists; absent when none is wanted (stopped: no Pod; no ports: no Service); left as
+    it was while neither is known (the Pod about to be created). A condition whose status does
+    not change keeps its ``lastTransitionTime``.
+    """
+    kept = {c.type: c for c in instance.status.conditions}
+    decided: dict[str, tuple[Literal["True", "False"], str, str] | None] = {}
+    for said in refused:
+        decided.setdefault(said.condition, ("False", said.reason, said.message))
+    if POD_CREATED not in decided:
+        if instance.spec.stop or instance.metadata.deletion_timestamp:
+            decided[POD_CREATED] = None
+        elif status.pod_name:
+            decided[POD_CREATED] = ("True", "Created", f"created Pod {status.pod_name}")
+    if SERVICE_CREATED not in decided:
+        if not instance.spec.ports:
+            decided[SERVICE_CREATED] = None
+        elif service is not None and _owner_uid(service) == instance.metadata.uid:
+            decided[SERVICE_CREATED] = (
+                "True", "Created", f"created Service {instance.metadata.name}",
+            )  # fmt: skip
+    for kind, verdict in decided.items():
+        if verdict is None:
+            kept.pop(kind, None)
+            continue
+        truth, reason, message = verdict
+        before = kept.get(kind)
+        since = before.last_transition_time if before and before.status == truth else _now()
+        kept[kind] = Condition(
+            type=kind,
+            status=truth,
+            reason=reason,
+            message=message[:32768],
+            last_transition_time=since,
+            observed_generation=instance.metadata.generation or None,
+        )
+    return tuple(sorted(kept.values(), key=lambda c: c.type))
 
 
 def _ports_differ(current: list[dict[str, Any]], desired: list[dict[str, Any]]) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
 
-from gpustack_core import contract
+from gpustack_core import contract, settings
 from gpustack_core.instance import DEFAULT_VOLUME_MOUNT, Instance, Port, Resources
 from gpustack_core.quantity import parse_quantity
 from gpustack_core.resources import PARTITION_KINDS, ResourceNames
@@ -386,15 +386,13 @@ def parse_cidrs(setting: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Netw
     """The ``instance-isolation-pod-cidrs`` Setting: comma or space separated CIDRs.
 
     Raises ``ValueError`` naming the first entry that is not a network (``10.0.0.1/8`` has host
-    bits set and is refused: a typo there would isolate the wrong range).
+    bits set and is refused: a typo there would isolate the wrong range). The rule is
+    :func:`gpustack_core.settings.parse_cidrs`; this names the Setting in the message.
     """
-    found: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
-    for entry in setting.replace(",", " ").split():
-        try:
-            found.append(ipaddress.ip_network(entry, strict=True))
-        except ValueError as exc:
-            raise ValueError(f"instance-isolation-pod-cidrs: {entry!r}: {exc}") from None
-    return found
+    try:
+        return list(settings.parse_cidrs(setting))
+    except settings.SettingError as exc:
+        raise ValueError(f"instance-isolation-pod-cidrs: {exc}") from None
 
 
 def render_isolation_policy(
