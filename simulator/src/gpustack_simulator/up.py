@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from gpustack_core import contract
 from gpustack_core.decoding import ContractError
 from gpustack_core.units import seconds_of
 from gpustack_kube.certs import self_signed
@@ -305,12 +306,14 @@ def _wait_settled(process: _Started, endpoint: DeviceManagerEndpoint, deadline: 
 WEBHOOK_EXCLUDED_NAMESPACES = ("gpustack-system", "kube-system")
 
 
-def pod_webhook_configurations(worker_url: str, worker_ca: bytes) -> list[dict[str, Any]]:
-    """The Pod admission webhooks (gate 1), as the chart registers them, pointed at ``worker_url``.
+def webhook_configurations(worker_url: str, worker_ca: bytes) -> list[dict[str, Any]]:
+    """The worker's admission webhooks, as the chart registers them, pointed at ``worker_url``.
 
-    The chart reaches the worker through its Service; here the worker listens on loopback, so
-    the configurations name it by ``url`` and pin its CA. Everything else (rules, selectors,
-    failure policy, timeout, reinvocation) is what the chart renders.
+    Gate 1 on Pods, and the Instance webhook (validation, the node-escape gates, immutability
+    while running, the preset defaults) on Instances. The chart reaches the worker through its
+    Service; here the worker listens on loopback, so the configurations name it by ``url`` and
+    pin its CA. Everything else (rules, selectors, failure policy, timeout, reinvocation) is
+    what the chart renders.
     """
     bundle = base64.b64encode(worker_ca).decode()
     common: dict[str, Any] = {
@@ -318,6 +321,9 @@ def pod_webhook_configurations(worker_url: str, worker_ca: bytes) -> list[dict[s
         "sideEffects": "None",
         "failurePolicy": "Fail",
         "timeoutSeconds": 10,
+    }
+    pods: dict[str, Any] = {
+        **common,
         "rules": [
             {
                 "apiGroups": [""],
@@ -338,37 +344,60 @@ def pod_webhook_configurations(worker_url: str, worker_ca: bytes) -> list[dict[s
         },
     }
 
-    def config(kind: str, name: str, path: str, **extra: Any) -> dict[str, Any]:
-        hook = {
-            "name": name,
-            "clientConfig": {"url": f"{worker_url}{path}", "caBundle": bundle},
-            **common,
-            **extra,
+    def instances(*operations: str) -> dict[str, Any]:
+        rule = {
+            "apiGroups": [contract.API_GROUP],
+            "apiVersions": [contract.CRD_VERSION],
+            "operations": list(operations),
+            "resources": ["instances"],
+            "scope": "Namespaced",
         }
+        return {**common, "rules": [rule]}
+
+    def hook(name: str, path: str, base: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        client = {"url": f"{worker_url}{path}", "caBundle": bundle}
+        return {"name": name, "clientConfig": client, **base, **extra}
+
+    def config(kind: str, *hooks: dict[str, Any]) -> dict[str, Any]:
         return {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": kind,
             "metadata": {"name": "gpustack-operator-worker"},
-            "webhooks": [hook],
+            "webhooks": list(hooks),
         }
 
     return [
         config(
             "MutatingWebhookConfiguration",
-            "pods.mutate.worker.gpustack.ai",
-            "/mutate-v1-pod",
-            reinvocationPolicy="IfNeeded",
+            hook(
+                "pods.mutate.worker.gpustack.ai",
+                contract.POD_MUTATE_PATH,
+                pods,
+                reinvocationPolicy="IfNeeded",
+            ),
+            hook(
+                "instances.mutate.worker.gpustack.ai",
+                contract.INSTANCE_MUTATE_PATH,
+                instances("CREATE"),
+                reinvocationPolicy="Never",
+            ),
         ),
         config(
-            "ValidatingWebhookConfiguration", "pods.validate.worker.gpustack.ai", "/validate-v1-pod"
+            "ValidatingWebhookConfiguration",
+            hook("pods.validate.worker.gpustack.ai", contract.POD_VALIDATE_PATH, pods),
+            hook(
+                "instances.validate.worker.gpustack.ai",
+                contract.INSTANCE_VALIDATE_PATH,
+                instances("CREATE", "UPDATE"),
+            ),
         ),
     ]
 
 
-def register_pod_webhooks(
+def register_webhooks(
     cluster_url: str, cluster_ca: Path, token: str, worker_url: str, worker_ca: bytes
 ) -> None:
-    """Register gate 1 with the stand-in, so Pods created through it are judged by the worker."""
+    """Register the worker's webhooks: Pods and Instances made through the stand-in are judged."""
     _create_all(
         cluster_ca,
         token,
@@ -378,7 +407,7 @@ def register_pod_webhooks(
                 body,
                 f"registering the {body['kind']}",
             )
-            for body in pod_webhook_configurations(worker_url, worker_ca)
+            for body in webhook_configurations(worker_url, worker_ca)
         ],
     )
 
@@ -433,7 +462,10 @@ def apply_objects(
     """Create the scenario's ``apply`` objects through the API, in order, as a user would.
 
     Each goes through what a ``kubectl create`` meets: authentication, the admission webhooks,
-    the CRD schema. A refusal stops ``up`` with the server's message.
+    the CRD schema. A refusal stops ``up`` with the server's message. A Secret or ConfigMap
+    that exists already gets the scenario's ``data`` merged in, as ``kubectl apply`` would: the
+    worker seeds the Secret ``gpustack-settings`` as soon as it starts, and a scenario sets a
+    Setting there the way the walkthrough does (``kubectl patch secret … --type=merge``).
     """
 
     def what(obj: dict[str, Any]) -> str:
@@ -441,7 +473,24 @@ def apply_objects(
         where = f"{meta['namespace']}/" if meta.get("namespace") else ""
         return f"applying {obj['kind']} {where}{meta['name']}"
 
-    _create_all(cluster_ca, token, [(cluster_url + applied_path(o), o, what(o)) for o in objects])
+    with _admin_client(cluster_ca, token, 15) as client:
+        for obj in objects:
+            response = client.post(cluster_url + applied_path(obj), json=obj)
+            if response.status_code == 409 and obj["kind"] in MERGED_ON_APPLY:
+                response = client.patch(
+                    cluster_url + applied_path(obj, named=True),
+                    json={"data": obj.get("data") or {}},
+                    headers={"Content-Type": "application/merge-patch+json"},
+                )
+            if response.status_code not in (200, 201):
+                raise UpError(
+                    f"{what(obj)} with the stand-in answered "
+                    f"{response.status_code}: {response.text[:300]}"
+                )
+
+
+MERGED_ON_APPLY = frozenset({"Secret", "ConfigMap"})
+"""Kinds whose ``data`` a scenario's ``apply`` merges into an existing object."""
 
 
 def _instances_ready(
@@ -776,7 +825,7 @@ def _open_to_users(
         deadline,
         "the aggregator reached the worker",
     )
-    register_pod_webhooks(
+    register_webhooks(
         cluster_url,
         cluster_ca,
         token,

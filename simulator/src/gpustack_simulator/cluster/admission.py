@@ -793,6 +793,16 @@ def denied(webhook: str, status: Any, attrs: Attributes) -> StatusError:
     )
     if code == 500:
         error.details["causes"] = [{"message": text}]
+    else:
+        # The webhook's own field causes pass through, as kube-apiserver keeps the Status the
+        # webhook gave: kubectl lists them under a 422 ("The … is invalid: * spec.x: …").
+        details = result.get("details")
+        causes = details.get("causes") if isinstance(details, Mapping) else None
+        if isinstance(causes, list) and all(isinstance(c, Mapping) for c in causes):
+            error.details["causes"] = [
+                {k: str(v) for k, v in c.items() if k in {"reason", "message", "field"}}
+                for c in causes
+            ]
     return error
 
 

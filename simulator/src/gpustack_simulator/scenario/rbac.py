@@ -120,7 +120,8 @@ def _worker_rules() -> tuple[Rule, ...]:
         # Writes of Instances through v1, after the caller's SubjectAccessReview.
         _rule([API_GROUP], ["instances"], ["create", "update", "delete"]),
         _rule([API_GROUP], ["instancetypes"], read),
-        _rule([""], ["events"], ["create"]),
+        # Events: posted, and counted again (count, lastTimestamp) when a refusal repeats.
+        _rule([""], ["events"], ["create", "patch"]),
         _rule(["node.k8s.io"], ["runtimeclasses"], ["list"]),
         _rule(
             ["coordination.k8s.io"],
@@ -128,7 +129,23 @@ def _worker_rules() -> tuple[Rule, ...]:
             ["get", "create", "update"],
             namespaces=(SYSTEM_NAMESPACE,),
         ),
-        _rule([""], ["configmaps"], read, namespaces=(SYSTEM_NAMESPACE,)),
+        # The operator Settings: the Secret gpustack-settings followed (one object, by name) and
+        # seeded (create cannot be narrowed to a name), and the deprecated ConfigMap followed.
+        _rule(
+            [""],
+            ["secrets"],
+            ["list", "watch", "patch"],
+            namespaces=(SYSTEM_NAMESPACE,),
+            resource_names=("gpustack-settings",),
+        ),
+        _rule([""], ["secrets"], ["create"], namespaces=(SYSTEM_NAMESPACE,)),
+        _rule(
+            [""],
+            ["configmaps"],
+            ["list", "watch"],
+            namespaces=(SYSTEM_NAMESPACE,),
+            resource_names=("gpustack-operator-settings",),
+        ),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -239,7 +240,12 @@ class ObjectRoutes(RouteBase):
         predicate = self._selectors()
         watching = request.args.get("watch", "").lower() in {"1", "true"}
         self.authorize(
-            caller, "watch" if watching else "list", resource, group=group, namespace=ns or ""
+            caller,
+            "watch" if watching else "list",
+            resource,
+            group=group,
+            namespace=ns or "",
+            name=_selected_name(request.args.get("fieldSelector", "")),
         )
         if watching:
             return self._watch(kind, api_version, ns, predicate, self._narrowing())
@@ -414,3 +420,21 @@ def _bookmark(kind: str, api_version: str, version: int) -> bytes:
         "BOOKMARK",
         {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": str(version)}},
     )
+
+
+def _selected_name(selector: str) -> str:
+    """The one name a list or watch selects (``metadata.name=<n>``), else ``""``.
+
+    kube-apiserver's ``RequestInfoFactory`` sets the request's name from such a selector, so a
+    rule with ``resourceNames`` can grant list and watch of exactly one object (client-go's
+    single-object informers rely on it).
+    """
+    names = {
+        found.group(1)
+        for term in selector.split(",")
+        if (found := _NAME_TERM.fullmatch(term.strip())) is not None
+    }
+    return names.pop() if len(names) == 1 else ""
+
+
+_NAME_TERM = re.compile(r"metadata\.name\s*==?\s*([^=!\s]+)")
