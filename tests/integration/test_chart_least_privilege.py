@@ -19,6 +19,7 @@ bootstrap policy, written out below, and each binding must be used at least once
 
 from __future__ import annotations
 
+import base64
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -30,10 +31,13 @@ import pytest
 import trio
 from worker_stack import WorkerStack, open_worker_stack
 
-from gpustack_kube.client import KubeClient
+from gpustack_core import contract
+from gpustack_kube.client import KubeClient, PatchType
 from gpustack_kube.config import load_config
 from gpustack_simulator.cluster.app import Caller, Routes
 from gpustack_simulator.scenario import Fault
+from gpustack_simulator.up import webhook_configurations
+from gpustack_worker.settings import OperatorSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "deploy"))
 from chart_helm import KIND_VALUES, NAMESPACE, needs_helm, render
@@ -45,6 +49,11 @@ DM_SA = "gpustack-operator-device-manager"
 # The stand-in's users that the daemons' kubeconfig contexts name, and the chart's accounts.
 ACCOUNTS = {"worker": WORKER_SA, "device-manager": DM_SA}
 V1 = "/apis/worker.gpustack.ai/v1"
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
 
 # Kubernetes' bootstrap policy (plugin/pkg/auth/authorizer/rbac/bootstrappolicy): the rules of
 # the two built-in roles the chart binds the worker to.
@@ -263,7 +272,12 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
     }
     async with httpx.AsyncClient(verify=stack.tls(), trust_env=False) as client:
         answered = await client.post(stack.url + "/mutate-v1-pod", json=review)
-    assert answered.status_code == 200, answered.text
+        assert answered.status_code == 200, answered.text
+        # The Instance webhook: a pinned node looked up, a typed request's type read (its
+        # manufacturer bounds the cards; its preset fills what the Instance leaves out).
+        for path in (contract.INSTANCE_VALIDATE_PATH, contract.INSTANCE_MUTATE_PATH):
+            answered = await client.post(stack.url + path, json=_instance_review(_a_type(stack)))
+            assert answered.status_code == 200, answered.text
     # The Device Manager's informer watches and its exporter reads the kubelet on its own
     # schedule; wait for both rather than assume a round has run.
     with trio.fail_after(30):
@@ -311,6 +325,55 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
             await trio.sleep(0.2)
     await _exercise_instance_controller(stack, asked)
     await _exercise_device_plugin(stack, asked)
+    await _exercise_refused_pod(stack, asked)
+
+
+def _a_type(stack: WorkerStack) -> str:
+    """An InstanceType the stack created (one the scenario's Instances name; nvidia)."""
+    return sorted({i["spec"]["type"] for i in stack.cluster.state.expanded.instances
+                   if i["spec"].get("type")})[0]  # fmt: skip
+
+
+def _instance_review(type_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "least-privilege-instance",
+            "kind": {"group": "worker.gpustack.ai", "version": "v1alpha1", "kind": "Instance"},
+            "operation": "CREATE",
+            "namespace": "team-a",
+            "object": {
+                "metadata": {"name": "probe", "namespace": "team-a"},
+                "spec": {"image": "busybox", "nodeName": "gpu-node-1", "type": type_name,
+                         "resources": {"accelerator": 1}},
+            },
+        },
+    }  # fmt: skip
+
+
+async def _exercise_refused_pod(
+    stack: WorkerStack, asked: Callable[[str], set[tuple[str, str, str]]]
+) -> None:
+    """A Pod the API server refuses again and again (the Pod webhook, registered last so the
+    other exercises' Pods are not judged): its Event is counted again (patch events)."""
+    config = load_config(stack.cluster.kubeconfig, context="admin")
+    assert config is not None
+    instances = "/apis/worker.gpustack.ai/v1alpha1/namespaces/team-a/instances"
+    async with KubeClient(config) as admin:
+        for body in webhook_configurations(stack.url, stack.worker.certificate.read_bytes()):
+            body["webhooks"] = [h for h in body["webhooks"] if h["name"].startswith("pods.")]
+            await admin.create(
+                f"/apis/admissionregistration.k8s.io/v1/{body['kind'].lower()}s", body
+            )
+        no_such_partition = {"accelerator": 1, "acceleratorPartitionedProfile": "9g.99gb"}
+        spec = {"image": "busybox", "type": _a_type(stack), "resources": no_such_partition}
+        unfit = {"apiVersion": "worker.gpustack.ai/v1alpha1", "kind": "Instance",
+                 "metadata": {"name": "unfit", "namespace": "team-a"}, "spec": spec}  # fmt: skip
+        await admin.create(instances, unfit)
+        with trio.fail_after(30):
+            while ("patch", "events", "") not in asked("worker"):
+                await trio.sleep(0.1)
 
 
 async def _exercise_device_plugin(
@@ -349,7 +412,7 @@ async def _exercise_instance_controller(
     assert config is not None
     instances = "/apis/worker.gpustack.ai/v1alpha1/namespaces/team-a/instances"
     policies = "/apis/networking.k8s.io/v1/namespaces/team-a/networkpolicies"
-    settings = "/api/v1/namespaces/gpustack-system/configmaps"
+    settings = "/api/v1/namespaces/gpustack-system/secrets/gpustack-settings"
 
     async def until(*needed: tuple[str, str, str]) -> None:
         with trio.fail_after(30):
@@ -376,17 +439,27 @@ async def _exercise_instance_controller(
                    "spec": {"image": "busybox", "type": "no-such-type"}}  # fmt: skip
         await admin.create(instances, untyped)
         await until(("patch", "instances", ""))
-        configmap = {"metadata": {"name": "gpustack-operator-settings",
-                                  "namespace": "gpustack-system"},
-                     "data": {"instance-isolation-pod-cidrs": "10.244.0.0/16"}}  # fmt: skip
-        await admin.create(settings, configmap)
+        # The Settings: the worker created the Secret at start; an administrator sets one.
+        await until(("create", "secrets", ""), ("watch", "secrets", ""),
+                    ("watch", "configmaps", ""))  # fmt: skip
+        await admin.patch(
+            settings, {"data": {"instance-isolation-pod-cidrs": b64("10.244.0.0/16")}}
+        )
         await until(("create", "networkpolicies", ""))
         await admin.patch(f"{policies}/gpustack-instance-isolation", {"spec": {"ingress": [{}]}})
         await until(("update", "networkpolicies", ""))
-        await admin.patch(f"{settings}/gpustack-operator-settings",
-                          {"data": {"instance-isolation-pod-cidrs": ""}})  # fmt: skip
+        await admin.patch(settings, {"data": {"instance-isolation-pod-cidrs": b64("")}})
         await until(("delete", "networkpolicies", ""))
         await until(("update", "leases", ""))  # the leader renews its Lease
+        # A later start back-fills a key the Secret lost (patch), with the worker's account.
+        await admin.patch(settings, [{"op": "remove", "path": "/data/instance-cpu-overcommit"}],
+                          PatchType.JSON)  # fmt: skip
+        worker_config = load_config(stack.cluster.kubeconfig, context="worker")
+        assert worker_config is not None
+        async with KubeClient(worker_config) as worker, trio.open_nursery() as nursery:
+            nursery.start_soon(OperatorSettings(worker, "gpustack-system", environ={}).run)
+            await until(("patch", "secrets", ""))
+            nursery.cancel_scope.cancel()
 
 
 async def test_the_charts_rbac_grants_exactly_what_the_daemons_call(

@@ -1,4 +1,4 @@
-"""The chart's Pod admission webhook: both configurations, their TLS, and their switch.
+"""The chart's admission webhooks (Pods, Instances): both configurations, their TLS, their switch.
 
 kube-apiserver calls a webhook only over a certificate it verifies, so each TLS mode must
 give the configurations a CA: the chart-issued one by default (one CA across the Secret, both
@@ -16,6 +16,8 @@ import pytest
 from chart_helm import KIND_VALUES, NAMESPACE, find, needs_helm, of_kind, render, render_fails
 from cryptography import x509
 
+from gpustack_core import contract
+from gpustack_simulator.up import webhook_configurations
 from gpustack_worker.admission import MUTATE_PATH, VALIDATE_PATH
 
 pytestmark = needs_helm
@@ -24,11 +26,13 @@ WORKER = "gpustack-operator-worker"
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
-def webhooks(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Kind → its one webhook."""
+def webhooks(objects: list[dict[str, Any]], prefix: str = "pods.") -> dict[str, dict[str, Any]]:
+    """Kind → its one webhook whose name starts with ``prefix`` (the Pod one by default)."""
     out = {}
     for kind in KINDS:
-        [hook] = find(objects, kind, WORKER)["webhooks"]
+        [hook] = [
+            h for h in find(objects, kind, WORKER)["webhooks"] if h["name"].startswith(prefix)
+        ]
         out[kind] = hook
     return out
 
@@ -124,7 +128,8 @@ def test_cert_manager_injects_the_ca_into_both_webhooks() -> None:
         assert configuration["metadata"]["annotations"] == {
             "cert-manager.io/inject-ca-from": f"{NAMESPACE}/{WORKER}"
         }
-        assert "caBundle" not in configuration["webhooks"][0]["clientConfig"]
+        for hook in configuration["webhooks"]:
+            assert "caBundle" not in hook["clientConfig"]
 
 
 def test_disabled_renders_no_webhook_no_issued_certificate_and_no_devices_grant() -> None:
@@ -139,18 +144,59 @@ def test_disabled_renders_no_webhook_no_issued_certificate_and_no_devices_grant(
             assert not any("devices" in rule["resources"] for rule in role["rules"])
 
 
-def test_failure_policy_is_a_value() -> None:
+def test_failure_policy_is_a_value_for_pods_and_fail_for_instances() -> None:
+    """Instances keep Fail: with Ignore, a worker outage would let any escape through."""
     objects = render({"worker": {"admissionWebhook": {"failurePolicy": "Ignore"}}})
     for hook in webhooks(objects).values():
         assert hook["failurePolicy"] == "Ignore"
+    for hook in webhooks(objects, "instances.").values():
+        assert hook["failurePolicy"] == "Fail"
     render_fails({"worker": {"admissionWebhook": {"failurePolicy": "Sometimes"}}})
 
 
-def test_the_worker_lists_devices_for_the_fold_and_nothing_else() -> None:
+@pytest.mark.parametrize("files", [(), (KIND_VALUES,)], ids=["defaults", "kind-simulation"])
+def test_the_instance_webhooks_judge_every_instance_write(files: tuple[Any, ...]) -> None:
+    hooks = webhooks(render(files=files), "instances.")
+    mutate = hooks["MutatingWebhookConfiguration"]
+    validate = hooks["ValidatingWebhookConfiguration"]
+    assert mutate["name"] == "instances.mutate.worker.gpustack.ai"
+    assert validate["name"] == "instances.validate.worker.gpustack.ai"
+    assert mutate["clientConfig"]["service"]["path"] == contract.INSTANCE_MUTATE_PATH
+    assert validate["clientConfig"]["service"]["path"] == contract.INSTANCE_VALIDATE_PATH
+    rule = {"apiGroups": ["worker.gpustack.ai"], "apiVersions": ["v1alpha1"],
+            "resources": ["instances"], "scope": "Namespaced"}  # fmt: skip
+    assert mutate["rules"] == [{**rule, "operations": ["CREATE"]}]  # defaults at creation only
+    assert validate["rules"] == [{**rule, "operations": ["CREATE", "UPDATE"]}]
+    for hook in (mutate, validate):
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["sideEffects"] == "None"
+        assert hook["failurePolicy"] == "Fail"
+        assert "namespaceSelector" not in hook  # every namespace: a gate has no way around it
+    assert mutate["reinvocationPolicy"] == "Never"
+
+
+def test_simulator_up_registers_what_the_chart_renders() -> None:
+    """``simulator up`` names the worker by URL; every other field is the chart's."""
+    rendered = render()
+    for registered in webhook_configurations("https://127.0.0.1:1", b"CA"):
+        chart = find(rendered, registered["kind"], WORKER)["webhooks"]
+        assert [h["name"] for h in registered["webhooks"]] == [h["name"] for h in chart]
+        for ours, theirs in zip(registered["webhooks"], chart, strict=True):
+            path = theirs["clientConfig"]["service"]["path"]
+            assert ours["clientConfig"]["url"] == f"https://127.0.0.1:1{path}"
+            drop = {"clientConfig", "matchPolicy"}
+            assert {k: v for k, v in ours.items() if k not in drop} == {
+                k: v for k, v in theirs.items() if k not in drop
+            }
+
+
+def test_the_webhooks_read_devices_nodes_and_types_and_nothing_else() -> None:
     objects = render()
     role = find(objects, "ClusterRole", f"{WORKER}:admission")
     assert role["rules"] == [
-        {"apiGroups": ["worker.gpustack.ai"], "resources": ["devices"], "verbs": ["list"]}
+        {"apiGroups": ["worker.gpustack.ai"], "resources": ["devices"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": ["worker.gpustack.ai"], "resources": ["instancetypes"], "verbs": ["get"]},
     ]
     binding = find(objects, "ClusterRoleBinding", f"{WORKER}:admission")
     assert binding["roleRef"] == {
