@@ -8,6 +8,7 @@ observe it with kubectl: through the API, never by calling the controller's inte
 
 from __future__ import annotations
 
+import base64
 import gc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -29,7 +30,12 @@ TYPES = "/apis/worker.gpustack.ai/v1alpha1/instancetypes"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 SERVICES = f"/api/v1/namespaces/{NS}/services"
 POLICY = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/gpustack-instance-isolation"
-SETTINGS = "/api/v1/namespaces/gpustack-system/configmaps"
+SETTINGS = "/api/v1/namespaces/gpustack-system/secrets/gpustack-settings"
+
+
+def cidrs(value: str) -> dict[str, Any]:
+    """A merge patch setting ``instance-isolation-pod-cidrs`` in the Settings Secret."""
+    return {"data": {"instance-isolation-pod-cidrs": base64.b64encode(value.encode()).decode()}}
 
 
 @dataclass
@@ -283,10 +289,9 @@ async def test_network_isolation_follows_the_setting(harness: Harness) -> None:
     await harness.phase("ws", "Ready")
     with pytest.raises(NotFound):  # the Setting is blank: nothing rendered
         await harness.client.get(POLICY)
-    await harness.client.create(SETTINGS, {
-        "metadata": {"name": "gpustack-operator-settings", "namespace": "gpustack-system"},
-        "data": {"instance-isolation-pod-cidrs": "10.244.0.0/16"},
-    })  # fmt: skip
+    # As an administrator sets it: the Secret the worker seeded (docs/settings.md).
+    await harness.eventually(lambda: harness.client.get(SETTINGS), "the Settings seeded")
+    await harness.client.patch(SETTINGS, cidrs("10.244.0.0/16"))
     policy = await harness.eventually(lambda: harness.client.get(POLICY), "the policy")
     assert policy["spec"]["podSelector"] == {
         "matchLabels": {"resource.gpustack.ai/type": "instances"}
@@ -302,18 +307,17 @@ async def test_network_isolation_follows_the_setting(harness: Harness) -> None:
 
     await harness.eventually(reverted, "the manual edit reverted")
     # Emptying the Setting collects it.
-    settings = f"{SETTINGS}/gpustack-operator-settings"
-    await harness.client.patch(settings, {"data": {"instance-isolation-pod-cidrs": ""}})
+    await harness.client.patch(SETTINGS, cidrs(""))
     await harness.gone(POLICY)
     # A hand-written policy of the same name is never touched, whatever the Setting says.
     hand = {"metadata": {"name": "gpustack-instance-isolation", "namespace": NS},
             "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}  # fmt: skip
     await harness.client.create(f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies", hand)
-    await harness.client.patch(settings, {"data": {"instance-isolation-pod-cidrs": "10.0.0.0/8"}})
+    await harness.client.patch(SETTINGS, cidrs("10.0.0.0/8"))
     await trio.sleep(1)
     kept = await harness.client.get(POLICY)
     assert kept["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
-    await harness.client.patch(settings, {"data": {"instance-isolation-pod-cidrs": ""}})
+    await harness.client.patch(SETTINGS, cidrs(""))
     await trio.sleep(1)
     assert (await harness.client.get(POLICY))["spec"] == kept["spec"]  # not collected either
 

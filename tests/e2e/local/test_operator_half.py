@@ -360,8 +360,11 @@ def test_stop_start_keeps_the_node_ports_and_edits_apply_on_start(system: System
     assert 30000 <= after[9000] <= 32767, "an added port gets a node port of its own"
     pod = kubectl_json(system, "get", "pod", "-n", "team-ops", "ops-life")
     assert ANNOTATION in pod["metadata"]["annotations"], "allocated again on start"
-    # Clearing the ports deletes the Service; deleting the Instance collects the rest.
+    # Clearing the ports (stopped first: spec is immutable while the Instance runs) deletes
+    # the Service when it starts again; deleting the Instance collects the rest.
+    patch(system, "ops-life", {"stop": True})
     patch(system, "ops-life", {"ports": None})
+    patch(system, "ops-life", {"stop": False})
     eventually(lambda: gone(system, "service", "ops-life"), "the Service gone with its ports")
     done = system.kubectl("delete", "instances.v1alpha1.worker.gpustack.ai", "-n", "team-ops",
                           "ops-life", "--wait=false")  # fmt: skip
