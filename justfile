@@ -130,3 +130,12 @@ e2e-kind: setup tools-helm
 # Regenerate the committed kubelet API modules (device plugin v1beta1, PodResources v1) from packages/kube/proto.
 proto: setup
     uv run --frozen --no-sync python packages/kube/proto/generate.py
+
+# Build (or find cached) the real control plane's binaries from their Go modules (clusters/controlplane).
+controlplane:
+    python3 clusters/controlplane/build.py --print-dir
+
+# The e2e suite against a real control plane built from its Go modules (needs Go, root and helm):
+# the local e2e tests, the real-only checks and the client contract and differential suites.
+e2e-real *args: setup tools-helm controlplane
+    GPUSTACK_E2E_CONTROL_PLANE=real uv run --frozen --no-sync pytest -p no:cacheprovider tests/e2e/local tests/e2e/real tests/contract {{args}}

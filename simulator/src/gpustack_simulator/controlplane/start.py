@@ -51,6 +51,7 @@ from gpustack_simulator.up import (
     _stop,
     _wait,
     free_port,
+    kubelet_root,
     node_sockets,
     write_processes,
 )
@@ -185,7 +186,7 @@ def up_real(
     path = find_scenario(scenario)
     expanded = expand(load_scenario(path), base=RECORDINGS_DIR)
     logs = _fresh_state(state_dir)
-    for stale in ("controlplane", "kubelet", "agent"):
+    for stale in ("controlplane", "agent"):
         shutil.rmtree(state_dir / stale, ignore_errors=True)
     try:
         found = binaries.locate()
@@ -340,7 +341,7 @@ class _Run:
 
     def nodes(self) -> Path:
         """The node agent, inside the namespace; returns once every node is Ready."""
-        kubelets = self.state_dir / "kubelet"
+        kubelets = kubelet_root(self.state_dir)
         agent = _node_agent_config(
             self.expanded, self.path, self.state_dir, self.pki, self.server,
             self.node_addresses, self.dm_addresses, kubelets,

@@ -1,0 +1,236 @@
+"""What only a real control plane can show: the real server, authorizer, scheduler and GC at work.
+
+Run by ``./dev e2e-real`` (``GPUSTACK_E2E_CONTROL_PLANE=real``) on the same ``simulator up`` as
+the rest of the local suite; against the stand-in every test here skips, saying why. Each test
+names the real component whose answer it checks, and the expected values come from Kubernetes'
+own behaviour (its version, its Status messages, its printer columns), never from our code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from conftest import CONTROL_PLANE, V1, System
+from gpustack_core.allocation import ANNOTATION, parse_allocation
+from gpustack_core.modes import AllocationMode
+
+pytestmark = [
+    pytest.mark.skipif(
+        CONTROL_PLANE != "real",
+        reason="runs against the real control plane only (./dev e2e-real)",
+    ),
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl here"),
+]
+
+T = TypeVar("T")
+SERVER_VERSION = "v1.37.2"
+"""The release clusters/controlplane pins (gomod.py KUBERNETES)."""
+INSTANCES = "instances.v1alpha1.worker.gpustack.ai"
+
+
+def eventually(probe: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def kubectl_json(system: System, *args: str, context: str = "admin") -> Any:
+    done = system.kubectl(*args, "-o", "json", context=context)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_kubectl_version_reports_the_real_server(system: System) -> None:
+    done = system.kubectl("version", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    server = json.loads(done.stdout)["serverVersion"]
+    assert server["gitVersion"] == SERVER_VERSION
+    assert (server["major"], server["minor"]) == ("1", "37")
+
+
+def test_the_subresource_answers_through_the_real_aggregator(system: System) -> None:
+    done = system.kubectl("get", "--raw", f"{V1}/namespaces/team-a/instances/llama-70b/metrics")
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert (body["kind"], body["apiVersion"]) == ("InstanceMetrics", "worker.gpustack.ai/v1")
+    [card] = body["sample"]["accelerators"]
+    assert card["mode"] == "Exclusive"
+    assert card["memoryTotalMiB"] == 81559  # the H100's own, from recordings/nvidia/h100-mixed
+
+
+def test_an_unprivileged_context_is_refused_by_the_real_authorizer(system: System) -> None:
+    done = system.kubectl(
+        "get", "--raw", f"{V1}/namespaces/team-a/instances/llama-70b/metrics",
+        context="no-metrics",
+    )  # fmt: skip
+    assert done.returncode != 0
+    # kube-apiserver's RBAC authorizer's own wording, which the stand-in only imitates.
+    assert 'User "no-metrics" cannot get resource "instances/metrics" in API group ' in (
+        done.stderr
+    )
+
+
+def test_the_daemons_run_with_the_charts_rbac_and_nothing_more(system: System) -> None:
+    """The worker and the Device Managers hold ServiceAccount tokens: RBAC as the chart grants."""
+    worker = "system:serviceaccount:gpustack-system:gpustack-operator-worker"
+    manager = "system:serviceaccount:gpustack-system:gpustack-operator-device-manager"
+
+    def can(user: str, *what: str) -> bool:
+        done = system.kubectl("auth", "can-i", *what, f"--as={user}")
+        return done.stdout.strip() == "yes"
+
+    assert can(worker, "create", "pods", "-n", "team-a")
+    assert can(worker, "create", "subjectaccessreviews.authorization.k8s.io")
+    assert not can(worker, "delete", "nodes")
+    assert not can(worker, "get", "secrets", "-n", "kube-system")
+    assert can(manager, "patch", "pods", "-n", "team-a")
+    assert not can(manager, "delete", "pods", "-n", "team-a")
+    assert not can(manager, "create", "pods", "-n", "team-a")
+
+
+def test_kubectl_get_prints_the_crds_printer_columns_from_the_real_server(
+    system: System,
+) -> None:
+    done = system.kubectl("get", INSTANCES, "-n", "team-ops")
+    assert done.returncode == 0, done.stderr
+    header = done.stdout.splitlines()[0].split()
+    # The Instance CRD's additionalPrinterColumns, rendered by the server's table convertor.
+    assert header == ["NAME", "PHASE", "TYPE", "ACCELERATOR", "NODE", "AGE"]
+
+
+def _ready(system: System, name: str) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        found: dict[str, Any] = kubectl_json(system, "get", INSTANCES, "-n", "team-ops", name)
+        return found if found.get("status", {}).get("phase") == "Ready" else None
+
+    return eventually(probe, f"Instance {name} Ready", timeout=90)
+
+
+def _scheduled_by_kube_scheduler(system: System, pod: str) -> None:
+    events = kubectl_json(
+        system, "get", "events", "-n", "team-ops",
+        "--field-selector", f"involvedObject.name={pod},reason=Scheduled",
+    )  # fmt: skip
+    sources = {
+        (e.get("reportingComponent") or e.get("source", {}).get("component"))
+        for e in events["items"]
+    }
+    assert "default-scheduler" in sources, events["items"]
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [
+        ("ops-exclusive", AllocationMode.EXCLUSIVE),
+        ("ops-sliced", AllocationMode.SLICED),
+        ("ops-mig", AllocationMode.PARTITIONED),
+    ],
+)
+def test_each_demo_instance_is_scheduled_allocated_and_measured(
+    system: System, name: str, mode: AllocationMode
+) -> None:
+    """kube-scheduler placed the Pod, our device plugin granted it, the figures read back."""
+    _ready(system, name)
+    pod = kubectl_json(system, "get", "pod", "-n", "team-ops", name)
+    assert pod["status"]["phase"] == "Running"
+    _scheduled_by_kube_scheduler(system, name)
+    allocation = parse_allocation(pod["metadata"]["annotations"][ANNOTATION])
+    modes = {a.mode for e in allocation.values() for g in e.devices.groups for a in g.accelerators}
+    assert mode in modes
+
+    def figures() -> dict[str, Any] | None:
+        answer = system.metrics("team-ops", name)
+        if answer.status_code != 200:
+            return None
+        cards = answer.json()["sample"].get("accelerators") or []
+        return cards[0] if cards else None
+
+    card = eventually(figures, f"{name}'s accelerator figures")
+    assert card["mode"] == mode.api_name
+    assert card["memoryTotalMiB"] > 0
+
+
+def test_an_instance_placed_by_the_scheduler_and_collected_by_the_real_gc(
+    system: System,
+) -> None:
+    """No node pinned: kube-scheduler picks one with a free card; deletion cascades through
+    kube-controller-manager's garbage collector. (Shared is not requested through Instances,
+    operator-half.md; the local suite's plain Pods cover it on this target.)
+    """
+    body = {
+        "apiVersion": "worker.gpustack.ai/v1alpha1",
+        "kind": "Instance",
+        "metadata": {"name": "real-placed", "namespace": "team-ops"},
+        "spec": {"type": "nvidia-h100-80gb-hbm3", "image": "ubuntu:24.04",
+                 "command": ["sleep", "infinity"], "ports": [{"port": 8080}],
+                 "resources": {"cpu": "1", "ram": "2Gi", "accelerator": 1}},
+    }  # fmt: skip
+    made = subprocess.run(
+        ["kubectl", "--kubeconfig", system.endpoints.kubeconfig, "--context", "admin",
+         "create", "-f", "-"],
+        input=json.dumps(body), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    _ready(system, "real-placed")
+    _scheduled_by_kube_scheduler(system, "real-placed")
+    pod = kubectl_json(system, "get", "pod", "-n", "team-ops", "real-placed")
+    allocation = parse_allocation(pod["metadata"]["annotations"][ANNOTATION])
+    [entry] = allocation.values()
+    [accelerator] = [a for g in entry.devices.groups for a in g.accelerators]
+    assert accelerator.mode is AllocationMode.EXCLUSIVE
+    assert accelerator.allocated == 1_600_000  # one whole card: M
+    service = kubectl_json(system, "get", "service", "-n", "team-ops", "real-placed")
+    assert service["spec"]["type"] == "NodePort"
+    [port] = service["spec"]["ports"]
+    assert 30000 <= port["nodePort"] <= 32767  # allocated by the real Service registry
+    owners = {(o["kind"], o["name"]) for o in pod["metadata"]["ownerReferences"]}
+    assert ("Instance", "real-placed") in owners
+    # Delete the Instance; the real garbage collector (kube-controller-manager) cascades to the
+    # Pod and Service it owns.
+    gone = system.kubectl("delete", INSTANCES, "-n", "team-ops", "real-placed", "--wait=false")
+    assert gone.returncode == 0, gone.stderr
+
+    def collected() -> bool | None:
+        pods = system.kubectl("get", "pod", "-n", "team-ops", "real-placed")
+        services = system.kubectl("get", "service", "-n", "team-ops", "real-placed")
+        return True if "NotFound" in pods.stderr and "NotFound" in services.stderr else None
+
+    eventually(collected, "the Instance's Pod and Service collected", timeout=90)
+
+
+def test_the_pod_webhook_is_called_by_the_real_api_server(system: System) -> None:
+    """A slice without a size: refused, in kube-apiserver's words around the webhook's."""
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "real-gate", "namespace": "team-ops"},
+        "spec": {"containers": [{"name": "main", "image": "busybox",
+                                 "resources": {"limits": {"nvidia.com/gpu.sliced": "1"}}}]},
+    }  # fmt: skip
+    done = subprocess.run(
+        ["kubectl", "--kubeconfig", system.endpoints.kubeconfig, "--context", "admin",
+         "create", "-f", "-"],
+        input=json.dumps(pod), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert re.search(r'admission webhook "pods\.[a-z.]+" denied the request', done.stderr)
+
+
+def test_the_instance_controller_holds_its_leader_lease(system: System) -> None:
+    lease = kubectl_json(
+        system, "get", "lease", "-n", "gpustack-system", "gpustack-operator-instance-controller"
+    )
+    assert lease["spec"]["holderIdentity"]
+    assert lease["spec"]["leaseDurationSeconds"] > 0
