@@ -32,7 +32,7 @@ import msgspec
 import trustme
 
 from gpustack_core import contract
-from gpustack_simulator.controlplane import binaries, bootstrap, components, kubeconfigs
+from gpustack_simulator.controlplane import binaries, bootstrap, components, kubeconfigs, kueue
 from gpustack_simulator.controlplane.netns import NETNS_FILE, Netns, NetnsError, record
 from gpustack_simulator.controlplane.nodeagent import AgentConfig, NodeSpec
 from gpustack_simulator.controlplane.pki import ControlPlanePKI, Pair
@@ -95,6 +95,14 @@ def _free_ports(count: int) -> list[int]:
     for sock in held:
         sock.close()
     return ports
+
+
+def _plain_ok(url: str) -> bool:
+    """A loopback health endpoint (no TLS) answering 200."""
+    try:
+        return httpx.get(url, timeout=5, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def _ready(url: str, ca: Path, headers: Mapping[str, str] | None = None) -> bool:
@@ -339,6 +347,51 @@ class _Run:
             kubeconfigs.kubeconfig(self.server, self.pki.ca, entries, "admin"),
         )
 
+    def kueue(self) -> None:
+        """Kueue's manifests from its module, then its manager; returns once it is ready.
+
+        Before any Pod: its Pod webhook fails closed in every namespace but two.
+        """
+        root = binaries.repository_root()
+        assert root is not None  # _chart_dir() found the checkout already
+        try:
+            source = kueue.module_dir(root / "clusters" / "controlplane" / "kueue")
+        except kueue.KueueError as exc:
+            raise UpError(str(exc)) from exc
+        webhook_port, health_port = _free_ports(2)
+        certs = self.state_dir / "kueue" / "certs"
+        objects = kueue.manifests(source, port=webhook_port)
+        crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+        self.kubectl.apply([o for o in objects if o["kind"] == "Namespace"])
+        self.kubectl.apply(crds)
+        names = [f"crd/{c['metadata']['name']}" for c in crds]
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        self.kubectl.apply([o for o in objects if o["kind"] not in {"CustomResourceDefinition"}])
+        token = self.kubectl.create_token(kueue.NAMESPACE, kueue.SERVICE_ACCOUNT)
+        config = kubeconfigs.write(
+            self.state_dir / "kueue" / "kubeconfig",
+            kubeconfigs.kubeconfig(self.server, self.pki.ca, {"kueue": {"token": token}}, "kueue"),
+        )
+        settings = kueue.write_configuration(
+            self.state_dir / "kueue" / "config.yaml",
+            kueue.configuration(webhook_port=webhook_port, health_port=health_port,
+                                cert_dir=certs),
+        )  # fmt: skip
+        manager = _spawn("kueue", kueue.command(self.found["kueue"], settings, config), self.logs)
+        self.started.append(manager)
+
+        def mounted() -> bool:
+            secret = json.loads(
+                self.kubectl(
+                    "get", "secret", "-n", kueue.NAMESPACE, kueue.WEBHOOK_SECRET, "-o", "json"
+                )
+            )
+            return kueue.mount_secret(secret, certs)
+
+        _wait(manager, mounted, self.deadline, "its webhook certificate", interval=0.5)
+        ready = f"http://127.0.0.1:{health_port}/readyz"
+        _wait(manager, lambda: _plain_ok(ready), self.deadline, "/readyz", interval=0.5)
+
     def nodes(self) -> Path:
         """The node agent, inside the namespace; returns once every node is Ready."""
         kubelets = kubelet_root(self.state_dir)
@@ -414,6 +467,7 @@ class _Run:
 def _start(run: _Run) -> Endpoints:
     run.control_plane()
     run.install()
+    run.kueue()
     kubelets = run.nodes()
     worker_url = run.worker()  # the webhooks fail closed: it serves before any Pod is made
     managers = run.device_managers(kubelets)
