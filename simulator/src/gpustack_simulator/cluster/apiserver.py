@@ -15,8 +15,10 @@ envtest's kube-apiserver enforces and controllers are written against:
   strips the reference instead);
 - a custom resource is pruned and validated against its CRD's structural schema (422 with the
   field paths), and a CRD created through the API is served at once;
-- a Namespace's ``kubernetes.io/metadata.name`` label is forced to its name, and a Pod's spec
-  may change only where kube-apiserver lets it (``corerules.py``);
+- what one kind does differently (a Pod's spec that may barely change, a Service's addresses,
+  a Namespace's name label, a CRD served once stored, the node simulator after a Pod write) is
+  that kind's strategy (``strategies/``), called at the same stages of every write as
+  kube-apiserver's registry calls its strategies;
 - a write through the API passes the registered admission webhooks (``admission.py``): the
   ``admitted_*`` methods stage it so the webhook calls happen between building the object and
   storing it; the plain methods are the same write without them, for the stand-in's own
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import secrets
-import string
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,18 +38,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpustack_core.status import StatusError, not_found
-from gpustack_simulator.cluster import admission, corerules, nfd
 from gpustack_simulator.cluster import patch as patching
 from gpustack_simulator.cluster.admission import Admission, Attributes, options_for
 from gpustack_simulator.cluster.kubelet import NodeSimulator
-from gpustack_simulator.cluster.resources import CRD, CrdError, Resource, from_crd
+from gpustack_simulator.cluster.resources import Resource
 from gpustack_simulator.cluster.state import ClusterState
-from gpustack_simulator.cluster.validation import validate
-from gpustack_simulator.podstatus import (
-    canonical_node_quantities,
-    canonical_pod_quantities,
-    qos_class,
-)
+from gpustack_simulator.cluster.strategies import strategy_for
+from gpustack_simulator.cluster.strategies.meta import Cause
 
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
@@ -64,7 +60,7 @@ def now_stamp() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def invalid(resource: Resource, name: str, causes: list[tuple[str, str, str]]) -> StatusError:
+def invalid(resource: Resource, name: str, causes: list[Cause]) -> StatusError:
     """A 422 ``Invalid`` whose details list each cause with its field path."""
     text = "; ".join(f"{field}: {message}" for field, message, _ in causes)
     error = StatusError(
@@ -419,12 +415,10 @@ class ApiServer:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_stamp()
         meta["generation"] = 1
-        if resource.status and resource.kind not in {"Node"}:
-            obj.pop("status", None)
-        self._validate(resource, obj)
-        if resource.kind == CRD:
-            self._crd_resources(obj)
-        self._defaults(resource, obj, None)
+        strategy = strategy_for(resource)
+        strategy.prepare_for_create(resource, obj)
+        self._refuse(resource, name, strategy.validate(resource, obj))
+        strategy.canonicalize(self, resource, obj, None)
 
     def _exists(self, resource: Resource, namespace: str, name: str) -> None:
         if self.store.get(resource.kind, namespace, name) is not None:
@@ -461,7 +455,7 @@ class ApiServer:
         else:
             result = self._main(resource, current, incoming)
         result["metadata"].pop("resourceVersion", None)
-        self._defaults(resource, result, current)
+        strategy_for(resource).canonicalize(self, resource, result, current)
         pending.obj = result
 
     def _commit(self, pending: Pending, *, dry_run: bool = False) -> dict[str, Any]:
@@ -493,15 +487,7 @@ class ApiServer:
             if previous is not None:
                 would["metadata"]["resourceVersion"] = previous["metadata"]["resourceVersion"]
             return would
-        if resource.kind == "Service":
-            self._defaults(resource, pending.obj, previous)  # node ports taken meanwhile
-        if resource.kind == CRD:
-            for served in self._crd_resources(pending.obj):
-                self.registry.add(served)
-        if resource.kind == "Pod" and pending.operation == "CREATE":
-            # Created through the API, so the node simulator runs it even when it names its
-            # node already (scenario Pods, put into the store directly, are never adopted).
-            self.nodes.managed.add(str(pending.obj["metadata"]["uid"]))
+        strategy_for(resource).before_commit(self, pending)
         written = self.store.put(resource.kind, pending.obj)
         self.after_write(resource, written)
         found = self.store.get(resource.kind, namespace, name)
@@ -543,13 +529,8 @@ class ApiServer:
                 )
         if _spec_view(resource, result) != _spec_view(resource, current):
             result["metadata"]["generation"] = int(old.get("generation") or 1) + 1
-        if resource.group == "" and resource.kind == "Pod":
-            refused = corerules.pod_update(current, result)
-            if refused:
-                raise invalid(resource, str(old.get("name", "")), refused)
-        self._validate(resource, result)
-        if resource.kind == CRD:
-            self._crd_resources(result)
+        causes = strategy_for(resource).validate_update(resource, result, current)
+        self._refuse(resource, str(old.get("name", "")), causes)
         return result
 
     # -- delete ----------------------------------------------------------------------------
@@ -571,7 +552,7 @@ class ApiServer:
             finalizers.append(FOREGROUND)
         if policy == "Orphan" and ORPHAN not in finalizers and self._dependents(meta):
             finalizers.append(ORPHAN)
-        graceful = resource.kind == "Pod" and self.nodes.graceful(current, options)
+        graceful = strategy_for(resource).graceful(self, current, options)
         if finalizers or graceful:
             if not meta.get("deletionTimestamp"):
                 meta["deletionTimestamp"] = now_stamp()
@@ -630,15 +611,7 @@ class ApiServer:
         """Take the object out of the store now; collect what it owned."""
         meta = obj["metadata"]
         gone = self.store.delete(resource.kind, meta.get("namespace", ""), meta["name"])
-        if resource.kind == CRD:
-            spec = obj.get("spec") or {}
-            self.registry.remove_crd(
-                str(spec.get("group")), str((spec.get("names") or {}).get("plural"))
-            )
-        if resource.kind == "Pod":
-            self.state.pods_changed()
-        if resource.kind == nfd.NODE_FEATURE:
-            nfd.sync(self.store)  # a deleted NodeFeature's labels leave its Node
+        strategy_for(resource).after_remove(self, resource, obj)
         self.collect()
         return gone if gone is not None else dict(obj)
 
@@ -768,22 +741,20 @@ class ApiServer:
     # -- what follows every write ----------------------------------------------------------
 
     def after_write(self, resource: Resource, stored: Mapping[str, Any]) -> None:
-        """Finalizers cleared on a deleting object remove it; Pods go to the node simulator."""
+        """Finalizers cleared on a deleting object remove it; else the kind's controllers run.
+
+        (A bound Pod deleted with grace is its kubelet's to finish, not removed here.)
+        """
         meta = stored["metadata"]
+        strategy = strategy_for(resource)
         if (
             meta.get("deletionTimestamp")
             and not meta.get("finalizers")
-            and (resource.kind != "Pod" or not self.nodes.graceful(stored, {}))
+            and not strategy.graceful(self, stored, {})
         ):
             self.remove(resource, stored)
             return
-        if resource.kind == "Pod":
-            self.nodes.reconcile(self)
-            self.state.pods_changed()
-        elif resource.kind == "Node":
-            self.nodes.reconcile(self)
-        if resource.kind in {nfd.NODE_FEATURE, nfd.NODE}:
-            nfd.sync(self.store)  # nfd-master: NodeFeature labels onto Nodes (cluster/nfd.py)
+        strategy.after_write(self, resource, stored)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -822,76 +793,11 @@ class ApiServer:
                 "the request",
             )
 
-    def _validate(self, resource: Resource, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        causes: list[tuple[str, str, str]] = []
-        name = str(meta.get("name", ""))
-        if len(name) > 253 or not _DNS_SUBDOMAIN(name):
-            causes.append(
-                (
-                    "metadata.name",
-                    f'Invalid value: "{name}": a lowercase RFC 1123 '
-                    "subdomain must consist of lower case alphanumeric characters, '-' "
-                    "or '.', and must start and end with an alphanumeric character",
-                    "FieldValueInvalid",
-                )
-            )
-        if resource.schema is not None:
-            causes += [(c.field, c.message, c.reason) for c in validate(obj, resource.schema)]
-        if resource.group == admission.GROUP and resource.kind in admission.CONFIGURATION_KINDS:
-            causes += admission.check_configuration(resource.kind, obj)
+    @staticmethod
+    def _refuse(resource: Resource, name: str, causes: list[Cause]) -> None:
+        """The 422 a strategy's causes make, if it found any."""
         if causes:
             raise invalid(resource, name, causes)
-
-    def _crd_resources(self, crd: Mapping[str, Any]) -> list[Resource]:
-        """What a CRD would serve; the 422 naming the field when it cannot be served."""
-        try:
-            found = from_crd(crd)
-        except CrdError as exc:
-            name = str((crd.get("metadata") or {}).get("name", ""))
-            crd_resource = self.registry.find(
-                "apiextensions.k8s.io", "v1", "customresourcedefinitions"
-            )
-            assert crd_resource is not None
-            field, _, message = str(exc).partition(": ")
-            raise invalid(crd_resource, name, [(field, message, "FieldValueInvalid")]) from exc
-        return found
-
-    def _defaults(
-        self, resource: Resource, obj: dict[str, Any], previous: Mapping[str, Any] | None
-    ) -> None:
-        if resource.kind == "Service":
-            self.nodes.service_defaults(obj, previous)
-        elif resource.group == "" and resource.kind == "Namespace":
-            corerules.name_namespace(obj)
-        elif resource.kind == "Pod":
-            canonical_pod_quantities(obj)
-            if "status" not in obj:
-                # The QoS class is the API server's, fixed at creation (kube-apiserver refuses
-                # a later change): computed from the requests, not BestEffort for every Pod.
-                obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
-        elif resource.kind == "Node":
-            canonical_node_quantities(obj)
-        elif resource.group == admission.GROUP and resource.kind in admission.CONFIGURATION_KINDS:
-            admission.default_configuration(resource.kind, obj)
-        elif resource.kind == CRD:
-            obj["status"] = {
-                "acceptedNames": dict((obj.get("spec") or {}).get("names") or {}),
-                "conditions": [
-                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted"},
-                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts"},
-                ],
-                "storedVersions": [
-                    v["name"]
-                    for v in (obj.get("spec") or {}).get("versions") or ()
-                    if v.get("storage")
-                ],
-            }
-
-
-def _DNS_SUBDOMAIN(name: str) -> bool:  # noqa: N802 — named as the API server's validator
-    allowed = set(string.ascii_lowercase + string.digits + "-.")
-    return bool(name) and set(name) <= allowed and name[0].isalnum() and name[-1].isalnum()
 
 
 def _preconditions(
