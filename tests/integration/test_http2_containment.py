@@ -15,6 +15,7 @@ the in-process daemons with ``KeyError: 1`` out of ``serve``, the Device Manager
 
 from __future__ import annotations
 
+import ssl
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -119,3 +120,33 @@ async def test_the_cluster_standin_survives_it_too(worker: WorkerStack) -> None:
         401,
         [("authorization", f"Bearer {token}")],
     )
+
+
+async def test_an_over_size_body_is_refused_and_the_connection_kept(worker: WorkerStack) -> None:
+    """413 on an authenticated write: the stream is reset NO_ERROR at once, the connection lives.
+
+    kube-aggregator carries every user's requests to the worker over shared HTTP/2 connections.
+    Before, the client (blocked on the stream's flow-control window once the app stopped
+    reading) waited until the idle timer closed the connection — every stream on it with it.
+    """
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(str(worker.cluster.state.pki.front_proxy_client))
+    probe = await H2Probe.open(worker.url, context)
+    identity = [("x-remote-user", "admin"), ("x-remote-group", "system:masters")]
+    try:
+        with trio.fail_after(3):  # well inside the 5 s keep-alive timer
+            answer = await probe.upload(
+                "POST",
+                "/apis/worker.gpustack.ai/v1/namespaces/team-a/instances",
+                4 << 20,
+                [*identity, ("content-type", "application/json")],
+            )
+            assert (answer.status, answer.ended) == (413, True)
+            assert answer.reset == h2.errors.ErrorCodes.NO_ERROR
+            again = await probe.get("/healthz")
+            assert (again.status, again.ended) == (200, True)
+            assert not probe.closed
+    finally:
+        await probe.aclose()

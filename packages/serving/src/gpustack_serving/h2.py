@@ -10,8 +10,9 @@ connection, through ``trio.serve_listeners``, ending the whole server. One unaut
 
 * DATA for a stream the server has finished is acknowledged (its bytes are returned to the
   connection's flow-control window, so other streams keep moving) and dropped;
-* once the complete response is out and the client is still sending, the stream is reset with
-  ``NO_ERROR`` — "stop sending, the answer is out" — so the client stops uploading;
+* as soon as the complete response is out while the client is still sending, the stream is
+  reset with ``NO_ERROR`` — "stop sending, the answer is out" — so the client stops uploading
+  (and is not left waiting on a flow-control window the app will never reopen);
 * the sending task tolerates a stream that disappeared between being scheduled and being sent.
 
 hypercorn chooses its HTTP/2 class by the name ``H2Protocol`` in ``hypercorn.protocol`` when a
@@ -61,11 +62,9 @@ class HardenedH2Protocol(H2Protocol):
         stream_id = event.stream_id
         try:
             self.connection.acknowledge_received_data(event.flow_controlled_length, stream_id)
-            stream = self.connection.streams.get(stream_id)
-            if stream is not None and stream.state_machine.state is StreamState.HALF_CLOSED_LOCAL:
-                self.connection.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
         except h2.exceptions.H2Error as exc:  # the stream or connection is going already
             log.debug("h2: orphaned DATA on stream %s: %s", stream_id, exc)
+        self._stop_upload(stream_id)
 
     async def _send_data(self, stream_id: int) -> None:
         if stream_id not in self.stream_buffers:  # finished between scheduling and sending
@@ -73,6 +72,24 @@ class HardenedH2Protocol(H2Protocol):
                 self.priority.remove_stream(stream_id)
             return
         await super()._send_data(stream_id)
+        if stream_id not in self.stream_buffers:  # the answer's END_STREAM just went out
+            self._stop_upload(stream_id)
+            await self._flush()
+
+    def _stop_upload(self, stream_id: int) -> None:
+        """Reset with ``NO_ERROR`` a stream answered in full while its body is still coming.
+
+        Without it a client blocked on the stream's flow-control window (the app stopped
+        reading: a 413, a 401) waits for a WINDOW_UPDATE that never comes, until the idle
+        timer closes the whole connection — every other stream on it too.
+        """
+        stream = self.connection.streams.get(stream_id)
+        if stream is None or stream.state_machine.state is not StreamState.HALF_CLOSED_LOCAL:
+            return
+        try:
+            self.connection.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+        except h2.exceptions.H2Error as exc:
+            log.debug("h2: stream %s answered early could not be reset: %s", stream_id, exc)
 
 
 def install() -> None:
