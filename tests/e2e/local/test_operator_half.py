@@ -12,15 +12,13 @@ the driver reports it) and the spec's folding (a 25 % slice: a quarter of the ca
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from e2e_helpers import create, eventually, kubectl_json
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import V1, System
@@ -35,33 +33,6 @@ T = TypeVar("T")
 H100_MIB = 81559
 """One H100 80GB HBM3's memory as NVML reports it (recordings/nvidia/h100-8x.yaml)."""
 INSTANCES = "/apis/worker.gpustack.ai/v1alpha1/namespaces/team-ops/instances"
-
-
-def eventually(probe: Callable[[], T | None], what: str, timeout: float = 45.0) -> T:
-    """``probe()``'s first non-None answer, polled; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found is not None:
-            return found
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
-def kubectl_json(system: System, *args: str) -> Any:
-    done = system.kubectl(*args, "-o", "json")
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
-def create(system: System, manifest: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["kubectl", "--kubeconfig", system.endpoints.kubeconfig, "--context", "admin",
-         "create", "--validate=false", "-f", "-"],
-        input=json.dumps(manifest), capture_output=True, text=True, timeout=60, check=False,
-        env={**os.environ, "KUBECONFIG": ""},
-    )  # fmt: skip
 
 
 def plain_pod(name: str, node: str, containers: dict[str, dict[str, str]]) -> dict[str, Any]:

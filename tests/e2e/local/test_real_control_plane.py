@@ -12,11 +12,10 @@ import json
 import re
 import shutil
 import subprocess
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from e2e_helpers import create, eventually, kubectl_json
 
 from conftest import CONTROL_PLANE, V1, System
 from gpustack_core.allocation import ANNOTATION, parse_allocation
@@ -30,27 +29,9 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl here"),
 ]
 
-T = TypeVar("T")
 SERVER_VERSION = "v1.37.2"
 """The release clusters/controlplane pins (gomod.py KUBERNETES)."""
 INSTANCES = "instances.v1alpha1.worker.gpustack.ai"
-
-
-def eventually(probe: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found is not None:
-            return found
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
-def kubectl_json(system: System, *args: str, context: str = "admin") -> Any:
-    done = system.kubectl(*args, "-o", "json", context=context)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 def test_kubectl_version_reports_the_real_server(system: System) -> None:
@@ -183,11 +164,7 @@ def test_an_instance_placed_by_the_scheduler_and_collected_by_the_real_gc(
                  "command": ["sleep", "infinity"], "ports": [{"port": 8080}],
                  "resources": {"cpu": "1", "ram": "2Gi", "accelerator": 1}},
     }  # fmt: skip
-    made = subprocess.run(
-        ["kubectl", "--kubeconfig", system.endpoints.kubeconfig, "--context", "admin",
-         "create", "-f", "-"],
-        input=json.dumps(body), capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    made = create(system, body)
     assert made.returncode == 0, made.stderr
     _ready(system, "real-placed")
     _scheduled_by_kube_scheduler(system, "real-placed")
@@ -224,11 +201,7 @@ def test_the_pod_webhook_is_called_by_the_real_api_server(system: System) -> Non
         "spec": {"containers": [{"name": "main", "image": "busybox",
                                  "resources": {"limits": {"nvidia.com/gpu.sliced": "1"}}}]},
     }  # fmt: skip
-    done = subprocess.run(
-        ["kubectl", "--kubeconfig", system.endpoints.kubeconfig, "--context", "admin",
-         "create", "-f", "-"],
-        input=json.dumps(pod), capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    done = create(system, pod)
     assert done.returncode != 0
     assert re.search(r'admission webhook "pods\.[a-z.]+" denied the request', done.stderr)
 
