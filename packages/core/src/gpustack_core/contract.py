@@ -51,3 +51,19 @@ INSTANCE_VALIDATE_PATH: Final = f"/validate-worker-gpustack-ai-{CRD_VERSION}-ins
 """The Instance admission webhook on the worker's secure port (controller-runtime's spelling:
 ``/<verb>-<group with dashes>-<version>-<kind>``), for CREATE and UPDATE of the stored version
 every write reaches, through ``v1`` or not."""
+
+# -- the InstanceType chain over Kueue (shared/reference/instancetypes.md, the walkthrough) ----
+
+OS_LABEL: Final = "kubernetes.io/os"
+ARCH_LABEL: Final = "kubernetes.io/arch"
+RESOURCE_TYPE_LABEL: Final = "resource.gpustack.ai/type"
+"""The operator's marker on what it owns: ``nodes`` on a ResourceFlavor, ``instancetypes`` on a
+ClusterQueue, ``instances`` on an Instance's Pod."""
+DERIVED_FROM_NODE_LABEL: Final = "schedule.gpustack.ai/derived-from-node"
+"""On an InstanceType the operator authored from the nodes (``"true"``), not an admin's."""
+CREDITS_PREFIX: Final = "credits.gpustack.ai/"
+"""A manufacturer's Kueue quota resource: ``credits.gpustack.ai/nvidia``."""
+NODE_DEVICES_CHECK: Final = "gpustack-node-devices"
+"""The per-accelerator AdmissionCheck an accelerated ClusterQueue references once Active."""
+KUEUE_API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
+"""The Kueue API the chain writes (the version Kueue v0.17 stores)."""
