@@ -105,8 +105,9 @@ chart-crds:
     cp clusters/crds/instances.worker.gpustack.ai.yaml clusters/chart/crds/
     cp clusters/crds/devices.worker.gpustack.ai.yaml clusters/chart/crds/
     cp clusters/crds/instancetypes.worker.gpustack.ai.yaml clusters/chart/crds/
+    cp clusters/crds/instancetypeflavors.worker.gpustack.ai.yaml clusters/chart/crds/
 
-# Regenerate the Instance and InstanceType CRDs' schemas (and chart copies) from their structs.
+# Regenerate the Instance, InstanceType and InstanceTypeFlavor CRDs' schemas (and chart copies) from their structs.
 instance-crd: setup
     uv run --frozen --no-sync python clusters/instance_crd.py --write
 

@@ -1,10 +1,11 @@
-"""Write the Instance and InstanceType CRDs' schemas from their structs (``just instance-crd``).
+"""Write the Instance, InstanceType and InstanceTypeFlavor CRDs' schemas from their structs.
 
 ``openAPIV3Schema`` in ``clusters/crds/instances.worker.gpustack.ai.yaml`` is generated from
-``gpustack_core.instance`` through ``gpustack_worker.openapi.instance_crd_schema``, and the
-InstanceType's from ``gpustack_core.instancetype``; the rest of each file (names, versions,
-printer columns, the header) is kept as written. ``--write`` rewrites the CRDs and their chart
-copies; without it the script exits 1 when any differs, which the tests check too.
+``gpustack_core.instance`` through ``gpustack_worker.openapi.instance_crd_schema``, the
+InstanceType's from ``gpustack_core.instancetype`` and the InstanceTypeFlavor's from
+``gpustack_core.instancetypeflavor`` (``just instance-crd``); the rest of each file (names,
+versions, printer columns, the header) is kept as written. ``--write`` rewrites the CRDs and
+their chart copies; without it the script exits 1 when any differs, which the tests check too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from typing import Any
 
 import yaml
 
-from gpustack_worker.openapi import instance_crd_schema, instancetype_crd_schema
+from gpustack_worker.openapi import (
+    instance_crd_schema,
+    instancetype_crd_schema,
+    instancetypeflavor_crd_schema,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "clusters" / "crds"
@@ -24,6 +29,7 @@ CHART_CRDS = REPO / "clusters" / "chart" / "crds"
 SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "instances.worker.gpustack.ai.yaml": instance_crd_schema,
     "instancetypes.worker.gpustack.ai.yaml": instancetype_crd_schema,
+    "instancetypeflavors.worker.gpustack.ai.yaml": instancetypeflavor_crd_schema,
 }
 
 

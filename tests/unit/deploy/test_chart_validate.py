@@ -33,6 +33,7 @@ from gpustack_vendors.loading import LibraryUnavailableError, open_backend
 CRD_NAMES = (
     "devices.worker.gpustack.ai.yaml",
     "instances.worker.gpustack.ai.yaml",
+    "instancetypeflavors.worker.gpustack.ai.yaml",
     "instancetypes.worker.gpustack.ai.yaml",
 )
 CERT_MANAGER = {("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v1", "Issuer")}

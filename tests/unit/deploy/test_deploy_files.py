@@ -296,6 +296,8 @@ def test_the_chart_crds_recipe_copies_the_crds() -> None:
     body = recipe("chart-crds")
     assert "cp clusters/crds/instances.worker.gpustack.ai.yaml clusters/chart/crds/" in body
     assert "cp clusters/crds/devices.worker.gpustack.ai.yaml clusters/chart/crds/" in body
+    for name in ("instancetypes", "instancetypeflavors"):
+        assert f"cp clusters/crds/{name}.worker.gpustack.ai.yaml clusters/chart/crds/" in body
 
 
 # -- the image -----------------------------------------------------------------------------------

@@ -12,9 +12,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
 import pytest
 import yaml
 
+from gpustack_core.instancetype import UnitResources
+from gpustack_core.typestatus import instancetype_status
+from gpustack_core.views import View, Views
 from gpustack_simulator.scenario import expand, is_scenario, load_scenario, recordings_for
 from gpustack_worker.discovery import GROUP, STORAGE_VERSION
 from gpustack_worker.openapi import instance_crd_schema
@@ -443,3 +447,136 @@ def test_the_instancetype_schema_is_structural_and_takes_the_walkthroughs_type(
     assert list(jsonschema.Draft4Validator(strict).iter_errors(walkthrough)) == []
     walkthrough["spec"]["manufacturer"] = 7
     assert list(jsonschema.Draft4Validator(strict).iter_errors(walkthrough)) != []
+
+
+# --------------------------------------------------------------------------------------------
+# kubectl get instancetypes / instancetypeflavor: the walkthrough's tables from the columns
+# --------------------------------------------------------------------------------------------
+
+FLAVOR_CRD = REPO / "clusters" / "crds" / "instancetypeflavors.worker.gpustack.ai.yaml"
+
+
+def _columns(path: Path, *, wide: bool = False) -> list[dict[str, Any]]:
+    (version,) = yaml.safe_load(path.read_text())["spec"]["versions"]
+    columns: list[dict[str, Any]] = version["additionalPrinterColumns"]
+    return [c for c in columns if wide or c.get("priority", 0) == 0]
+
+
+def _cell(obj: dict[str, Any], json_path: str) -> str:
+    """A printer column's cell: a dotted JSONPath, booleans as kubectl prints them, absent empty."""
+    value: Any = obj
+    for key in json_path.lstrip(".").split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def _row(path: Path, obj: dict[str, Any]) -> str:
+    """The row as the walkthrough records it: NAME, then the cells, runs of blanks collapsed."""
+    cells = [obj["metadata"]["name"], *(_cell(obj, c["jsonPath"]) for c in _columns(path))]
+    return " ".join(" ".join(cells).split())
+
+
+def test_kubectl_get_instancetypes_prints_the_walkthroughs_header() -> None:
+    header = ["NAME", *(c["name"].upper() for c in _columns(TYPE_CRD))]
+    assert " ".join(header) == (
+        "NAME ENTRANCE UNIT(CPU/RAM)/STORAGE ACCELERATOR(EX/SH/SL/PT) CPU PHASE"
+    )
+
+
+def test_kubectl_get_instancetypeflavor_prints_the_walkthroughs_header() -> None:
+    header = ["NAME", *(c["name"].upper() for c in _columns(FLAVOR_CRD))]
+    assert " ".join(header) == (
+        "NAME GENERALGROUP ACCELERATORGROUP ACCELERATABLE MANUFACTURER PRODUCT MEMORY CORES "
+        "SLICEABLE"
+    )
+
+
+def test_kubectl_get_instancetypes_prints_the_walkthroughs_rows(jsonschema: ModuleType) -> None:
+    def status(unit: tuple[str, str, str], views: Views, cpu: View, entrance: str) -> Any:
+        written = instancetype_status(
+            unit=UnitResources(cpu=unit[0], ram=unit[1], local_storage=unit[2]),
+            views=views, cpu=cpu, entrance=entrance, phase="Active",
+        )  # fmt: skip
+        return json.loads(msgspec.json.encode(written))
+
+    # The figures of §1's table (SH once-max in cards: the current shared reading).
+    types = {
+        "gpustack--generic-linux-amd64": status(
+            ("1", "2Gi", "100Gi"), Views(), View(72_000, 48_000, 72_000),
+            "gpustack-fnv64-3b93966fd73eb9ec",
+        ),
+        "gpustack--nvidia-a10g-linux-amd64": status(
+            ("8", "64Gi", "100Gi"),
+            Views(exclusive=View(1, 1, 1), shared=View(10, 1, 10), sliced=View(100, 100, 100)),
+            View(), "gpustack-fnv64-c4680bb149644f1c",
+        ),
+        "gpustack--nvidia-tesla-t4-linux-amd64": status(
+            ("8", "32Gi", "100Gi"),
+            Views(exclusive=View(5, 4, 5), shared=View(50, 4, 50), sliced=View(500, 100, 500)),
+            View(), "gpustack-fnv64-6b371caa2da0b799",
+        ),
+    }  # fmt: skip
+    rows = [_row(TYPE_CRD, {"metadata": {"name": n}, "status": s}) for n, s in types.items()]
+    assert rows == [
+        "gpustack--generic-linux-amd64 gpustack-fnv64-3b93966fd73eb9ec 1/2Gi/100Gi "
+        "0/0 0/0 0/0 0/0 48/72 Active",
+        "gpustack--nvidia-a10g-linux-amd64 gpustack-fnv64-c4680bb149644f1c 8/64Gi/100Gi "
+        "1/1 1/10 100/100 0/0 0/0 Active",  # walkthrough: 10/10 under SH (shares)
+        "gpustack--nvidia-tesla-t4-linux-amd64 gpustack-fnv64-6b371caa2da0b799 8/32Gi/100Gi "
+        "4/5 4/50 100/500 0/0 0/0 Active",  # walkthrough: 40/50 under SH (shares)
+    ]
+    schema = yaml.safe_load(TYPE_CRD.read_text())["spec"]["versions"][0]["schema"]
+    strict = _as_json_schema(schema["openAPIV3Schema"])
+    for name, written in types.items():
+        obj = {"apiVersion": "worker.gpustack.ai/v1alpha1", "kind": "InstanceType",
+               "metadata": {"name": name}, "status": written}  # fmt: skip
+        assert list(jsonschema.Draft4Validator(strict).iter_errors(obj)) == []
+
+
+# §1's catalog, as the worker writes it (the A10G entry is the walkthrough's YAML).
+CATALOG = [
+    {"metadata": {"name": "gpustack--generic"},
+     "spec": {"acceleratable": False, "generalGroup": "generic", "manufacturer": "generic"}},
+    {"metadata": {"name": "gpustack--nvidia-a10g"},
+     "spec": {"acceleratable": True, "acceleratorGroup": "nvidia-a10g", "manufacturer": "nvidia",
+              "product": "NVIDIA-A10G", "memory": "24Gi", "cores": "10240", "sliceable": True}},
+    {"metadata": {"name": "gpustack--nvidia-tesla-t4"},
+     "spec": {"acceleratable": True, "acceleratorGroup": "nvidia-tesla-t4",
+              "manufacturer": "nvidia", "product": "Tesla-T4", "memory": "16Gi", "cores": "2560",
+              "sliceable": True}},
+]  # fmt: skip
+
+
+def test_kubectl_get_instancetypeflavor_prints_the_walkthroughs_rows() -> None:
+    assert [_row(FLAVOR_CRD, entry) for entry in CATALOG] == [
+        "gpustack--generic generic false generic",
+        "gpustack--nvidia-a10g nvidia-a10g true nvidia NVIDIA-A10G 24Gi 10240 true",
+        "gpustack--nvidia-tesla-t4 nvidia-tesla-t4 true nvidia Tesla-T4 16Gi 2560 true",
+    ]
+
+
+@pytest.mark.parametrize("kubernetes", KUBERNETES)
+def test_the_instancetypeflavor_crd_validates_strict(kubernetes: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        validate = pytest.importorskip("kubernetes_validate").validate
+    assert validate(yaml.safe_load(FLAVOR_CRD.read_text()), kubernetes, strict=True) == kubernetes
+
+
+def test_the_instancetypeflavor_schema_takes_the_catalog(jsonschema: ModuleType) -> None:
+    crd = yaml.safe_load(FLAVOR_CRD.read_text())
+    assert crd["spec"]["scope"] == "Cluster"
+    assert crd["spec"]["names"]["kind"] == "InstanceTypeFlavor"
+    (version,) = crd["spec"]["versions"]
+    assert "subresources" not in version  # a catalog: no status
+    schema = version["schema"]["openAPIV3Schema"]
+    assert list(_structural_problems(schema, "$", junctor=False)) == []
+    strict = jsonschema.Draft4Validator(_as_json_schema(schema))
+    for entry in CATALOG:
+        obj = {"apiVersion": "worker.gpustack.ai/v1alpha1", "kind": "InstanceTypeFlavor", **entry}
+        assert list(strict.iter_errors(obj)) == []
+    unlabelled = copy.deepcopy(CATALOG[1])
+    del unlabelled["spec"]["acceleratable"]
+    assert list(strict.iter_errors(unlabelled)) != []

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Final, Literal
 from msgspec import Meta
 
 from gpustack_core.decoding import convert
+from gpustack_core.devices import ProfileCount
 from gpustack_core.instance import Quantity, quantity_meta
 from gpustack_core.wire import Wire
 
@@ -88,6 +89,31 @@ class Capacity(Wire, frozen=True, kw_only=True):
     remaining: Annotated[Quantity, quantity_meta("Not yet granted.")] | None = None
 
 
+class PartitionedCapacity(Capacity, frozen=True, kw_only=True):
+    """The partition view, and what is left of each profile the pool offers."""
+
+    remaining_profiles: Annotated[
+        tuple[ProfileCount, ...],
+        Meta(description="Free partitions per profile; every offered profile, zero included."),
+    ] = ()
+    """Zero included: "offered but full" is not "not offered"."""
+
+
+class Summary(Wire, frozen=True, kw_only=True):
+    """The status as kubectl get instancetypes prints it: the table's composite cells.
+
+    A CRD's printer column is one JSONPath, which cannot join four views into
+    ``1/1 10/10 100/100 0/0``; the controller writes each composite cell here in the same
+    status write as the figures it is rendered from, so the table never disagrees with them.
+    """
+
+    unit: Annotated[str, Meta(description="UNIT(CPU/RAM)/STORAGE: the unit resources.")] = ""
+    accelerator: Annotated[
+        str, Meta(description="ACCELERATOR(EX/SH/SL/PT): each view's onceMaxRequest/remaining.")
+    ] = ""
+    cpu: Annotated[str, Meta(description="CPU: the CPU view's onceMaxRequest/remaining.")] = ""
+
+
 class InstanceTypeStatus(Wire, frozen=True, kw_only=True):
     """The pool's state, as the scheduling chain computes it."""
 
@@ -97,9 +123,10 @@ class InstanceTypeStatus(Wire, frozen=True, kw_only=True):
     accelerator: Capacity | None = None
     accelerator_shared: Capacity | None = None
     accelerator_sliced: Capacity | None = None
-    accelerator_partitioned: Capacity | None = None
+    accelerator_partitioned: PartitionedCapacity | None = None
     cpu: Capacity | None = None
     entrance: Annotated[str, Meta(description="The LocalQueue its Instances' Pods wait in.")] = ""
+    summary: Summary | None = None
 
 
 class InstanceTypeMeta(Wire, frozen=True, kw_only=True):

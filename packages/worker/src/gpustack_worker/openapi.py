@@ -30,6 +30,7 @@ from gpustack_core.crdschema import structural_schema
 from gpustack_core.instance import InstanceSpec, InstanceStatus
 from gpustack_core.instance_metrics import InstanceMetrics
 from gpustack_core.instancetype import InstanceTypeSpec, InstanceTypeStatus
+from gpustack_core.instancetypeflavor import InstanceTypeFlavorSpec
 from gpustack_worker.discovery import (
     GROUP,
     INSTANCE_KIND,
@@ -76,6 +77,20 @@ def instancetype_crd_schema() -> dict[str, Any]:
             "metadata": {"type": "object"},
             "spec": structural_schema(InstanceTypeSpec),
             "status": structural_schema(InstanceTypeStatus),
+        },
+    }
+
+
+def instancetypeflavor_crd_schema() -> dict[str, Any]:
+    """The InstanceTypeFlavor CRD's schema, from ``gpustack_core.instancetypeflavor``."""
+    return {
+        "type": "object",
+        "description": "A catalog entry: one pool the nodes form, without its platform.",
+        "properties": {
+            "apiVersion": _string("The versioned schema of this representation of an object."),
+            "kind": _string("The REST resource this object represents, in CamelCase."),
+            "metadata": {"type": "object"},
+            "spec": structural_schema(InstanceTypeFlavorSpec),
         },
     }
 
