@@ -337,3 +337,10 @@ def test_no_ledger_however_wrong_makes_a_view_negative(rows: list[LedgerAccelera
     for view in astuple(views)[:4]:
         assert all(figure >= 0 for figure in view)
         assert view[2] <= view[0]
+
+
+def test_a_fraction_of_a_percent_held_is_a_whole_percent_gone() -> None:
+    # 1,000 units is 0.0625 % of a card: 99.9375 % is left, and a slice is asked in whole
+    # percent, so only 99 can still be granted.
+    tiny = PodAllocation("ns", "tiny", "Running", grant("a10g", "GPU-a10g", 3, 1_000))
+    assert accelerator_views([node("n", A10G, tiny)], "nvidia-a10g").sliced == View(100, 99, 99)
