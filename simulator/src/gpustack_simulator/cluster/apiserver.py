@@ -45,10 +45,14 @@ from gpustack_simulator.cluster.resources import Resource
 from gpustack_simulator.cluster.state import ClusterState
 from gpustack_simulator.cluster.strategies import strategy_for
 from gpustack_simulator.cluster.strategies.meta import Cause
+from gpustack_simulator.cluster.validation import unknown_fields
 
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
 GENERATE_SUFFIX = 5
+IGNORE, WARN, STRICT = "Ignore", "Warn", "Strict"
+FIELD_VALIDATION = (IGNORE, STRICT, WARN)
+"""``?fieldValidation=`` values (``Warn`` when a request names none)."""
 UPDATE_RETRIES = 8
 """How often an unconditional update is rebuilt when its object moves during admission."""
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -62,7 +66,8 @@ def now_stamp() -> str:
 
 def invalid(resource: Resource, name: str, causes: list[Cause]) -> StatusError:
     """A 422 ``Invalid`` whose details list each cause with its field path."""
-    text = "; ".join(f"{field}: {message}" for field, message, _ in causes)
+    texts = list(dict.fromkeys(f"{field}: {message}" for field, message, _ in causes))
+    text = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"  # apimachinery's
     error = StatusError(
         422,
         f'{resource.kind}.{resource.group or "core"} "{name}" is invalid: {text}'
@@ -144,13 +149,16 @@ class ApiServer:
         *,
         dry_run: bool = False,
         warnings: list[str] | None = None,
+        field_validation: str = IGNORE,
     ) -> dict[str, Any]:
         """POST through the admission webhooks, as every create through the API is.
 
         ``dry_run`` (``?dryRun=All``) runs every stage, webhooks included, and stores nothing;
-        ``warnings`` receives the webhooks' warnings once the write succeeded.
+        ``warnings`` receives the webhooks' warnings once the write succeeded, after the
+        unknown fields ``field_validation`` (``?fieldValidation=``) warns of.
         """
         pending = self._request_create(resource, namespace, body)
+        decoded = _field_validation(pending, field_validation, patch=False)
         attrs = Attributes(
             resource,
             "CREATE",
@@ -171,7 +179,7 @@ class ApiServer:
         await self.admission.validate(attrs)
         stored = self._commit(pending, dry_run=dry_run)
         if warnings is not None:
-            warnings += attrs.warnings
+            warnings += decoded + attrs.warnings
         return stored
 
     def replace(
@@ -208,6 +216,7 @@ class ApiServer:
         subresource: str = "",
         dry_run: bool = False,
         warnings: list[str] | None = None,
+        field_validation: str = IGNORE,
     ) -> dict[str, Any]:
         """PUT through the admission webhooks."""
         return await self._admitted_update(
@@ -216,6 +225,7 @@ class ApiServer:
             patch=False,
             dry_run=dry_run,
             warnings=warnings,
+            field_validation=field_validation,
         )
 
     async def admitted_patch(
@@ -230,6 +240,7 @@ class ApiServer:
         subresource: str = "",
         dry_run: bool = False,
         warnings: list[str] | None = None,
+        field_validation: str = IGNORE,
     ) -> dict[str, Any]:
         """PATCH through the admission webhooks (reviewed as an ``UPDATE``, as on a cluster)."""
         return await self._admitted_update(
@@ -238,6 +249,7 @@ class ApiServer:
             patch=True,
             dry_run=dry_run,
             warnings=warnings,
+            field_validation=field_validation,
         )
 
     async def _admitted_update(
@@ -248,9 +260,11 @@ class ApiServer:
         patch: bool,
         dry_run: bool,
         warnings: list[str] | None,
+        field_validation: str,
     ) -> dict[str, Any]:
         for _ in range(UPDATE_RETRIES):
             pending = build()
+            decoded = _field_validation(pending, field_validation, patch=patch)
             assert pending.current is not None
             attrs = Attributes(
                 pending.resource,
@@ -277,7 +291,7 @@ class ApiServer:
             except _Moved:
                 continue  # unconditional: rebuilt over the version that moved it, re-admitted
             if warnings is not None:
-                warnings += attrs.warnings  # the admitted attempt's, not the ones it replaced
+                warnings += decoded + attrs.warnings  # this attempt's, not those it replaced
             return stored
         assert pending.current is not None
         raise conflict(
@@ -333,8 +347,12 @@ class ApiServer:
         base["metadata"].pop("resourceVersion", None)  # only the patch may carry a precondition
         try:
             if content_type == patching.MERGE:
+                if not isinstance(body, dict):
+                    # RFC 7386 would replace the object; the server cannot decode that as one.
+                    raise StatusError(400, f"a merge patch ({patching.MERGE}) is a JSON object")
                 patched = patching.merge_patch(base, body)
             elif content_type == patching.JSON_PATCH:
+                _json_patch_decodes(body)
                 patched = patching.json_patch(current, body)
                 if patched.get("metadata", {}).get("resourceVersion") == current["metadata"].get(
                     "resourceVersion"
@@ -527,9 +545,11 @@ class ApiServer:
                     f"finalizers {sorted(added)}",
                     reason="Invalid",
                 )
+        strategy = strategy_for(resource)
+        strategy.prepare_for_update(resource, result, current)
         if _spec_view(resource, result) != _spec_view(resource, current):
             result["metadata"]["generation"] = int(old.get("generation") or 1) + 1
-        causes = strategy_for(resource).validate_update(resource, result, current)
+        causes = strategy.validate_update(resource, result, current)
         self._refuse(resource, str(old.get("name", "")), causes)
         return result
 
@@ -798,6 +818,46 @@ class ApiServer:
         """The 422 a strategy's causes make, if it found any."""
         if causes:
             raise invalid(resource, name, causes)
+
+
+def _field_validation(pending: Pending, directive: str, *, patch: bool) -> list[str]:
+    """The request's unknown fields, as ``?fieldValidation=`` says to answer them.
+
+    kube-apiserver finds them as it decodes the request (a patch: the patched object), before
+    admission: ``Strict`` refuses the write with a 400 naming each, ``Warn`` (the default
+    through the API) stores the object pruned and warns of each, ``Ignore`` prunes silently.
+    The stand-in knows the fields of the kinds it has a schema for (custom resources).
+    """
+    schema = pending.resource.schema
+    if directive == IGNORE or schema is None:
+        return []
+    unknown = [f'unknown field "{path}"' for path in unknown_fields(pending.obj, schema)]
+    if unknown and directive == STRICT:
+        strict = "strict decoding error: " + ", ".join(unknown)
+        if patch:
+            raise StatusError(400, strict)
+        kind, version = pending.resource.kind, pending.resource.version
+        raise StatusError(
+            400, f'{kind} in version "{version}" cannot be handled as a {kind}: {strict}'
+        )
+    return unknown
+
+
+def _json_patch_decodes(body: Any) -> None:
+    """The 400 a JSON patch that is no list of operations gets, as the server fails to decode it.
+
+    (One that decodes but cannot be applied is a 422, the patch's own error.)
+    """
+    go_types = {dict: "object", list: "array", str: "string", bool: "bool"}
+    if not isinstance(body, list):
+        found, into = body, "jsonpatch.Patch"
+    else:
+        wrong = [op for op in body if not isinstance(op, dict)]
+        if not wrong:
+            return
+        found, into = wrong[0], "jsonpatch.Operation"
+    named = go_types.get(type(found), "number" if isinstance(found, int | float) else "value")
+    raise StatusError(400, f"json: cannot unmarshal {named} into Go value of type {into}")
 
 
 def _preconditions(

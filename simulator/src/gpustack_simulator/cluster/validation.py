@@ -3,11 +3,24 @@
 Fields the schema does not declare are pruned (unless ``x-kubernetes-preserve-unknown-fields``)
 and every violation becomes one ``details.causes`` entry of a 422 ``Invalid`` naming the field
 path in the API server's spelling (``spec.replicas``, ``spec.ports[0].port``), so a controller
-that writes a bad object sees the same refusal it would get from a cluster.
+that writes a bad object sees the same refusal it would get from a cluster. Besides types,
+enums, bounds, patterns and ``required``:
+
+- ``oneOf``: exactly one alternative must hold, else kube-openapi's ``"<path>" must validate
+  one and only one schema (oneOf). Found none valid`` (or ``Found <n> valid alternatives``),
+  which kube-apiserver reports with no field (``<nil>``);
+- ``x-kubernetes-list-type``: a ``set`` holds no item twice, a ``map`` holds objects no two of
+  which share their ``x-kubernetes-list-map-keys`` (a key left out counts as its schema
+  ``default``, as the server defaults before it checks): ``spec.ports[1]: Duplicate value:
+  {"port":22,"protocol":"TCP"}``;
+- what pruning drops is listed (``pruned``, as ``spec.ports[0].bogus``), for the request's
+  field validation (``?fieldValidation=Strict|Warn|Ignore``, ``apiserver``).
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,13 +45,32 @@ class Cause:
     reason: str = "FieldValueInvalid"
 
 
-def validate(obj: dict[str, Any], schema: Mapping[str, Any]) -> list[Cause]:
+NO_FIELD = "<nil>"
+"""The field kube-apiserver names for a schema error it cannot place (``oneOf``)."""
+
+
+class _Run(list[Cause]):
+    """The causes one validation finds, and the paths its pruning dropped."""
+
+    def __init__(self, pruned: list[str] | None) -> None:
+        super().__init__()
+        self.pruned = pruned
+
+    def drop(self, path: str) -> None:
+        if self.pruned is not None:
+            self.pruned.append(path)
+
+
+def validate(
+    obj: dict[str, Any], schema: Mapping[str, Any], pruned: list[str] | None = None
+) -> list[Cause]:
     """Prune ``obj`` in place to what ``schema`` declares and list what violates it.
 
     ``apiVersion``, ``kind`` and ``metadata`` are the API server's own business (it validates
-    them separately) and are left alone, as they are on a cluster.
+    them separately) and are left alone, as they are on a cluster. ``pruned`` (when given)
+    receives the path of each field pruning dropped.
     """
-    causes: list[Cause] = []
+    causes = _Run(pruned)
     properties = schema.get("properties") or {}
     for key in list(obj):
         if key in {"apiVersion", "kind", "metadata"}:
@@ -47,10 +79,18 @@ def validate(obj: dict[str, Any], schema: Mapping[str, Any]) -> list[Cause]:
             obj[key] = _check(obj[key], properties[key], key, causes)
         elif not schema.get("x-kubernetes-preserve-unknown-fields"):
             del obj[key]
+            causes.drop(key)
     for key in schema.get("required") or ():
         if key not in obj:
             causes.append(Cause(key, "Required value", "FieldValueRequired"))
-    return causes
+    return list(causes)
+
+
+def unknown_fields(obj: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
+    """The paths of ``obj``'s fields that ``schema`` would prune (``obj`` is left as it is)."""
+    pruned: list[str] = []
+    validate(copy.deepcopy(dict(obj)), schema, pruned)
+    return pruned
 
 
 def _is(value: Any, kind: str) -> bool:
@@ -59,7 +99,7 @@ def _is(value: Any, kind: str) -> bool:
     return isinstance(value, TYPES.get(kind, (object,)))
 
 
-def _check(value: Any, schema: Mapping[str, Any], path: str, causes: list[Cause]) -> Any:
+def _check(value: Any, schema: Mapping[str, Any], path: str, causes: _Run) -> Any:
     if value is None:
         if not schema.get("nullable"):
             causes.append(
@@ -116,14 +156,79 @@ def _check(value: Any, schema: Mapping[str, Any], path: str, causes: list[Cause]
         )
     _bounds(value, schema, path, causes)
     if isinstance(value, dict):
-        return _object(value, schema, path, causes)
-    if isinstance(value, list) and "items" in schema:
-        return [_check(v, schema["items"], f"{path}[{i}]", causes) for i, v in enumerate(value)]
+        value = _object(value, schema, path, causes)
+    elif isinstance(value, list):
+        if "items" in schema:
+            value = [
+                _check(v, schema["items"], f"{path}[{i}]", causes) for i, v in enumerate(value)
+            ]
+        _list_type(value, schema, path, causes)
+    if "oneOf" in schema:
+        _one_of(value, schema["oneOf"], path, causes)
     return value
 
 
+def _holds(value: Any, schema: Mapping[str, Any], path: str) -> bool:
+    """Whether ``value`` validates against ``schema`` alone (nothing recorded, nothing pruned)."""
+    trial = _Run(None)
+    _check(copy.deepcopy(value), schema, path, trial)
+    return not trial
+
+
+def _one_of(value: Any, alternatives: Any, path: str, causes: _Run) -> None:
+    """kube-openapi's ``oneOf``: exactly one alternative holds."""
+    held = sum(_holds(value, alt, path) for alt in alternatives or () if isinstance(alt, Mapping))
+    if held == 1:
+        return
+    found = "Found none valid" if held == 0 else f"Found {held} valid alternatives"
+    causes.append(
+        Cause(
+            NO_FIELD,
+            f'Invalid value: "": "{path}" must validate one and only one schema (oneOf). {found}',
+        )
+    )
+
+
+def _list_type(items: list[Any], schema: Mapping[str, Any], path: str, causes: _Run) -> None:
+    """``x-kubernetes-list-type``: no item of a ``set`` twice, no key of a ``map`` twice."""
+    kind = schema.get("x-kubernetes-list-type")
+    if kind == "set":
+        seen: list[Any] = []
+        for i, item in enumerate(items):
+            if item in seen:
+                causes.append(
+                    Cause(f"{path}[{i}]", f"Duplicate value: {_json(item)}", "FieldValueDuplicate")
+                )
+            seen.append(item)
+    elif kind == "map":
+        names = [str(k) for k in schema.get("x-kubernetes-list-map-keys") or ()]
+        fields = (schema.get("items") or {}).get("properties") or {}
+        keys: list[dict[str, Any]] = []
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                causes.append(
+                    Cause(
+                        f"{path}[{i}]",
+                        f"Invalid value: {_json(item)}: must be an object for an array of "
+                        "list-type map",
+                    )
+                )
+                return
+            key = {n: item.get(n, (fields.get(n) or {}).get("default")) for n in names}
+            if key in keys:
+                causes.append(
+                    Cause(f"{path}[{i}]", f"Duplicate value: {_json(key)}", "FieldValueDuplicate")
+                )
+            keys.append(key)
+
+
+def _json(value: Any) -> str:
+    """A value as apimachinery shows a composite one in a field error (compact JSON)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
 def _object(
-    value: dict[str, Any], schema: Mapping[str, Any], path: str, causes: list[Cause]
+    value: dict[str, Any], schema: Mapping[str, Any], path: str, causes: _Run
 ) -> dict[str, Any]:
     properties = schema.get("properties")
     extra = schema.get("additionalProperties")
@@ -137,13 +242,15 @@ def _object(
             result[key] = _check(item, extra, child, causes)
         elif preserve or extra is True or (properties is None and not schema.get("type")):
             result[key] = item
+        else:
+            causes.drop(child)
     for key in schema.get("required") or ():
         if key not in value:
             causes.append(Cause(f"{path}.{key}", "Required value", "FieldValueRequired"))
     return result
 
 
-def _bounds(value: Any, schema: Mapping[str, Any], path: str, causes: list[Cause]) -> None:
+def _bounds(value: Any, schema: Mapping[str, Any], path: str, causes: _Run) -> None:
     if _is(value, "number"):
         if "minimum" in schema and value < schema["minimum"]:
             causes.append(

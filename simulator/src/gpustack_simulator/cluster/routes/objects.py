@@ -12,7 +12,7 @@ import yaml
 from quart import Response, request
 
 from gpustack_core.status import StatusError, no_route, not_found
-from gpustack_simulator.cluster.apiserver import ApiServer
+from gpustack_simulator.cluster.apiserver import FIELD_VALIDATION, WARN, ApiServer
 from gpustack_simulator.cluster.paging import parse_limit
 from gpustack_simulator.cluster.resources import Resource
 from gpustack_simulator.cluster.routes.base import JSON, Caller, RouteBase, json_response, list_item
@@ -77,6 +77,7 @@ class ObjectRoutes(RouteBase):
                 caller.user_info(),
                 dry_run=_dry_run(),
                 warnings=warned,
+                field_validation=_field_validation(),
             )
             return _warned(json_response(created, 201), warned)
         if name is None:
@@ -104,6 +105,7 @@ class ObjectRoutes(RouteBase):
                 subresource=subresource,
                 dry_run=_dry_run(),
                 warnings=warned,
+                field_validation=_field_validation(),
             )
             return _warned(json_response(replaced), warned)
         if method == "PATCH":
@@ -129,6 +131,7 @@ class ObjectRoutes(RouteBase):
                 subresource=subresource,
                 dry_run=_dry_run(),
                 warnings=warned,
+                field_validation=_field_validation(),
             )
             return _warned(json_response(patched), warned)
         if method == "DELETE" and sub is None:
@@ -409,6 +412,19 @@ def _dry_run() -> bool:
             reason="Invalid",
         )
     return bool(values)
+
+
+def _field_validation() -> str:
+    """``?fieldValidation=``: ``Ignore``, ``Warn`` (the default) or ``Strict``; else a 422."""
+    value = request.args.get("fieldValidation", "") or WARN
+    if value not in FIELD_VALIDATION:
+        supported = ", ".join(f'"{v}"' for v in FIELD_VALIDATION)
+        raise StatusError(
+            422,
+            f'fieldValidation: Unsupported value: "{value}": supported values: {supported}',
+            reason="Invalid",
+        )
+    return value
 
 
 def _event(kind: str, obj: Mapping[str, Any]) -> bytes:

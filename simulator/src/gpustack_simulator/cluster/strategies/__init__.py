@@ -17,9 +17,9 @@ from gpustack_simulator.cluster.resources import CRD, NODE, POD
 from gpustack_simulator.cluster.services import SERVICE
 from gpustack_simulator.cluster.strategies.base import Strategy
 from gpustack_simulator.cluster.strategies.core import (
+    EventStrategy,
     NamespaceStrategy,
     NodeStrategy,
-    PodStrategy,
     ServiceStrategy,
 )
 from gpustack_simulator.cluster.strategies.extensions import (
@@ -27,6 +27,7 @@ from gpustack_simulator.cluster.strategies.extensions import (
     NodeFeatureStrategy,
     WebhookConfigurationStrategy,
 )
+from gpustack_simulator.cluster.strategies.pods import PodStrategy
 
 if TYPE_CHECKING:
     from gpustack_simulator.cluster.resources import Resource
@@ -39,6 +40,7 @@ STRATEGIES: Final[Mapping[tuple[str, str], Strategy]] = {
     ("", SERVICE): ServiceStrategy(),
     ("", "Namespace"): NamespaceStrategy(),
     ("", NODE): NodeStrategy(),
+    ("", "Event"): EventStrategy(),
     ("apiextensions.k8s.io", CRD): CrdStrategy(),
     (admission.GROUP, admission.MUTATING): WebhookConfigurationStrategy(),
     (admission.GROUP, admission.VALIDATING): WebhookConfigurationStrategy(),

@@ -5,9 +5,9 @@ strategy.go``), beside a generic store that does what every kind shares (resourc
 uid, generation, finalizers, garbage collection). The stand-in's :class:`ApiServer` is that
 store; a :class:`Strategy` is the part one kind changes, at the same points of a write:
 
-1. :meth:`Strategy.prepare_for_create` / the store's update rules — the request object made
-   what the kind stores before it is checked (a Pod's status and QoS class, requests defaulted
-   from limits);
+1. :meth:`Strategy.prepare_for_create` / :meth:`Strategy.prepare_for_update` — the request
+   object made what the kind stores before it is checked (a Pod's status dropped, its requests
+   defaulted from its limits);
 2. :meth:`Strategy.validate` / :meth:`Strategy.validate_update` — every refusal, as
    ``(field, message, reason)`` causes of one 422 (object meta, the kind's own rules, a
    custom resource's schema);
@@ -49,6 +49,15 @@ class Strategy:
         """Make the request what a create stores, before validation (``PrepareForCreate``)."""
         if resource.status and not self.keeps_status_on_create:
             obj.pop("status", None)
+
+    def prepare_for_update(
+        self, resource: Resource, obj: dict[str, Any], old: Mapping[str, Any]
+    ) -> None:
+        """Make an update's object what the kind stores, before validation.
+
+        The server's defaulting at decode; the store has already kept ``status`` and its own
+        fields.
+        """
 
     def validate(self, resource: Resource, obj: dict[str, Any]) -> list[Cause]:
         """Every refusal of a new object: its meta, then (a custom resource) its schema.

@@ -1,4 +1,7 @@
-"""The core group's kinds with rules of their own: Pods, Services, Namespaces and Nodes."""
+"""The core group's kinds with rules of their own: Services, Namespaces, Nodes, Events.
+
+(Pods: ``pods``.)
+"""
 
 from __future__ import annotations
 
@@ -7,64 +10,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from gpustack_simulator.cluster import corerules, nfd
 from gpustack_simulator.cluster.strategies.base import Strategy
-from gpustack_simulator.cluster.strategies.meta import Cause
-from gpustack_simulator.podstatus import (
-    canonical_node_quantities,
-    canonical_pod_quantities,
-    qos_class,
-)
+from gpustack_simulator.cluster.strategies.meta import Cause, NameRule, dns1035, label
+from gpustack_simulator.podstatus import canonical_node_quantities
 
 if TYPE_CHECKING:
     from gpustack_simulator.cluster.apiserver import ApiServer, Pending
     from gpustack_simulator.cluster.resources import Resource
 
 
-class PodStrategy(Strategy):
-    """A Pod: quantities stored canonically, a spec that may barely change, run by a node."""
-
-    def validate_update(
-        self, resource: Resource, obj: dict[str, Any], old: Mapping[str, Any]
-    ) -> list[Cause]:
-        """``ValidatePodUpdate``: only a few spec fields may change (``corerules``)."""
-        return corerules.pod_update(old, obj) + super().validate_update(resource, obj, old)
-
-    def canonicalize(
-        self,
-        api: ApiServer,
-        resource: Resource,
-        obj: dict[str, Any],
-        previous: Mapping[str, Any] | None,
-    ) -> None:
-        """Quantities as the server stores them; a new Pod's phase and QoS class."""
-        canonical_pod_quantities(obj)
-        if "status" not in obj:
-            # The QoS class is the API server's, fixed at creation (kube-apiserver refuses
-            # a later change): computed from the requests, not BestEffort for every Pod.
-            obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
-
-    def before_commit(self, api: ApiServer, pending: Pending) -> None:
-        """A Pod created through the API is the node simulator's to run."""
-        if pending.operation == "CREATE":
-            # Even when it names its node already (scenario Pods, put into the store
-            # directly, are never adopted).
-            api.nodes.managed.add(str(pending.obj["metadata"]["uid"]))
-
-    def after_write(self, api: ApiServer, resource: Resource, stored: Mapping[str, Any]) -> None:
-        """The node simulator binds, starts or finishes it; what derives from Pods follows."""
-        api.nodes.reconcile(api)
-        api.state.pods_changed()
-
-    def after_remove(self, api: ApiServer, resource: Resource, gone: Mapping[str, Any]) -> None:
-        """What derives from Pods (the Device Manager Endpoints) follows."""
-        api.state.pods_changed()
-
-    def graceful(self, api: ApiServer, obj: Mapping[str, Any], options: Mapping[str, Any]) -> bool:
-        """A bound Pod terminates through its kubelet unless the delete asks for no grace."""
-        return api.nodes.graceful(obj, options)
-
-
 class ServiceStrategy(Strategy):
-    """A Service: a cluster IP and node ports allocated by the server."""
+    """A Service: named by a DNS-1035 label; a cluster IP and node ports allocated for it."""
+
+    name_rule: ClassVar[NameRule] = dns1035
 
     def canonicalize(
         self,
@@ -82,7 +39,9 @@ class ServiceStrategy(Strategy):
 
 
 class NamespaceStrategy(Strategy):
-    """A Namespace: its ``kubernetes.io/metadata.name`` label is its name (``corerules``)."""
+    """A Namespace: named by a DNS-1123 label, repeated by its name label (``corerules``)."""
+
+    name_rule: ClassVar[NameRule] = label
 
     def canonicalize(
         self,
@@ -114,3 +73,16 @@ class NodeStrategy(Strategy):
         """Pods waiting for a node are placed; nfd-master's labels are put back on it."""
         api.nodes.reconcile(api)
         nfd.sync(api.store)
+
+
+class EventStrategy(Strategy):
+    """A core/v1 Event: no object-meta check at all.
+
+    kube-apiserver's ``ValidateEventCreate`` runs only the legacy Event checks for a v1 Event
+    (``ValidateObjectMeta`` is for ``events.k8s.io``), so an Event may be named by a
+    ``generateName`` of ``<object>.`` — the worker's Events are.
+    """
+
+    def validate(self, resource: Resource, obj: dict[str, Any]) -> list[Cause]:
+        """Nothing the stand-in checks (the namespace is the path's, already a valid one)."""
+        return []
