@@ -139,4 +139,4 @@ controlplane:
 # The e2e suite against a real control plane built from its Go modules (needs Go, root and helm):
 # the local e2e tests, the real-only checks and the client contract and differential suites.
 e2e-real *args: setup tools-helm controlplane
-    GPUSTACK_E2E_CONTROL_PLANE=real uv run --frozen --no-sync pytest -p no:cacheprovider tests/e2e/local tests/e2e/real tests/contract {{args}}
+    GPUSTACK_E2E_CONTROL_PLANE=real uv run --frozen --no-sync pytest -p no:cacheprovider tests/e2e/local tests/contract {{args}}
