@@ -99,20 +99,13 @@ def _load(name: str, path: Path) -> ModuleType:
 def load_local_suite() -> ModuleType:
     """``tests/e2e/local/test_local_e2e.py`` as a module of helpers and assertions.
 
-    It imports ``conftest`` by name, which under pytest is whichever ``conftest.py`` was loaded
-    last; its own ``conftest.py`` is put in that slot while it loads, then the slot is restored.
-    The module gets a name of its own, so pytest's own collection of it is unaffected.
+    It imports ``e2e_system`` by name (its ``System``, ``cli``, ``V1``), which is loaded from the
+    local suite's folder first unless pytest collected that suite already. The module gets a name
+    of its own, so pytest's own collection of it is unaffected.
     """
-    conftest = _load("gpustack_e2e_local_conftest", LOCAL / "conftest.py")
-    previous = sys.modules.get("conftest")
-    sys.modules["conftest"] = conftest
-    try:
-        return _load("gpustack_e2e_local_suite", LOCAL / "test_local_e2e.py")
-    finally:
-        if previous is None:
-            sys.modules.pop("conftest", None)
-        else:
-            sys.modules["conftest"] = previous
+    if "e2e_system" not in sys.modules:
+        _load("e2e_system", LOCAL / "e2e_system.py")
+    return _load("gpustack_e2e_local_suite", LOCAL / "test_local_e2e.py")
 
 
 # -- waiting ---------------------------------------------------------------------------------

@@ -10,8 +10,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
-
-from conftest import System
+from e2e_system import System
 
 T = TypeVar("T")
 

@@ -17,8 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-
-from conftest import System
+from e2e_system import System
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl here")
 

@@ -23,10 +23,10 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from e2e_system import V1, System, cli
 from kubernetes.utils.quantity import parse_quantity
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import V1, System, cli
 from gpustack_core.allocation import ANNOTATION, grants, parse_allocation
 from gpustack_core.modes import AllocationMode
 

@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 import pytest
 from e2e_helpers import create, eventually, kubectl_json
+from e2e_system import V1, System
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import V1, System
 from gpustack_core.allocation import ANNOTATION, parse_allocation
 from gpustack_core.modes import AllocationMode
 from gpustack_core.tokens import parse_token_id

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from e2e_helpers import create, eventually, kubectl_json
+from e2e_system import CONTROL_PLANE, V1, System
 
-from conftest import CONTROL_PLANE, V1, System
 from gpustack_core.allocation import ANNOTATION, parse_allocation
 from gpustack_core.modes import AllocationMode
 
