@@ -101,6 +101,19 @@ def test_a_kubectl_pod_is_allocated_by_the_device_manager(system: System, mode: 
     name = f"alloc-{mode}"
     made = create(system, plain_pod(name, node, containers))
     assert made.returncode == 0, made.stderr
+    try:
+        _allocated_as_expected(system, name, node, manufacturer, expected)
+    finally:  # its cards back: on a real scheduler the next tests need them
+        system.kubectl("delete", "pod", "-n", "team-ops", name, "--wait=false")
+
+
+def _allocated_as_expected(
+    system: System,
+    name: str,
+    node: str,
+    manufacturer: str,
+    expected: dict[str, AllocationMode],
+) -> None:
     pod = eventually(lambda: running(system, "team-ops", name), f"{name} Running")
     assert pod["spec"]["nodeName"] == node
     allocation = parse_allocation(pod["metadata"]["annotations"][ANNOTATION])
@@ -252,6 +265,14 @@ def test_a_forged_annotation_reads_no_figures(system: System) -> None:
     }  # fmt: skip
     made = create(system, forger)
     assert made.returncode == 0, made.stderr
+    try:
+        _nothing_believed(system)
+    finally:
+        system.kubectl("delete", "instances.v1alpha1.worker.gpustack.ai", "-n", "team-ops",
+                       "ops-forger", "--wait=false")  # fmt: skip
+
+
+def _nothing_believed(system: System) -> None:
     ready(system, "ops-forger")
     victim = kubectl_json(system, "get", "pod", "-n", "team-ops", "ops-exclusive")
     stolen = victim["metadata"]["annotations"][ANNOTATION]
@@ -375,6 +396,8 @@ def test_a_recreated_instance_never_publishes_its_predecessor(system: System) ->
         text = system.exposition("gpu-node-2", "nvidia")
         assert f'instance_uid="{first}"' not in text
         time.sleep(1)
+    system.kubectl("delete", "instances.v1alpha1.worker.gpustack.ai", "-n", "team-ops",
+                   "ops-again", "--wait=false")  # fmt: skip
 
 
 # -- Instances through worker.gpustack.ai/v1 -------------------------------------------------

@@ -67,3 +67,6 @@ NODE_DEVICES_CHECK: Final = "gpustack-node-devices"
 """The per-accelerator AdmissionCheck an accelerated ClusterQueue references once Active."""
 KUEUE_API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
 """The Kueue API the chain writes (the version Kueue v0.17 stores)."""
+
+KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+"""Kueue's label routing a Pod to a LocalQueue (its Pod integration gates such Pods)."""

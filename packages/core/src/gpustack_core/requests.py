@@ -32,13 +32,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gpustack_core import contract
 from gpustack_core.devices import GroupSpec
 from gpustack_core.modes import AllocationMode, Manufacturer
 from gpustack_core.quantity import QuantityError, parse_quantity
 from gpustack_core.resources import PARTITION_KINDS, ResourceNames
 from gpustack_core.units import UNITS_PER_ACCELERATOR, ceil_div
 
-QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUE_NAME_LABEL = contract.KUEUE_QUEUE_LABEL
 """The label the reference webhook selects Pods by (a Pod submitted to a Kueue LocalQueue)."""
 
 UNITS_PER_PERCENT = UNITS_PER_ACCELERATOR // 100

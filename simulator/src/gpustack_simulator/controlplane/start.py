@@ -456,7 +456,7 @@ class _Run:
         pods, _ = _scenario_objects(self.expanded)
         refused = self.kubectl.apply_each(_instances(self.expanded))
         live = _instance_uids(self.kubectl)
-        owned = [_owned_by_live(p, live) for p in pods if not self._is_dm(p)]
+        owned = [_admitted_already(_owned_by_live(p, live)) for p in pods if not self._is_dm(p)]
         refused.update(self.kubectl.apply_each(owned))
         refused.update(self.kubectl.apply_each(self.expanded.applied))
         (self.state_dir / REFUSED_FILE).write_text(json.dumps(refused, indent=1) + "\n")
@@ -531,6 +531,20 @@ def _owned_by_live(pod: Mapping[str, Any], live: Mapping[tuple[str, str], str]) 
         labels[contract.PART_OF_LABEL] = owners[0]["uid"]  # the Instance's UID, as rendered
     meta["labels"] = labels
     return {**pod, "metadata": meta}
+
+
+def _admitted_already(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A pre-bound scenario Pod without Kueue's queue label.
+
+    The scenario renders its Pods as running: already admitted, the gate lifted. A Pod that
+    names its node cannot pass through Kueue's webhook again (it would be gated, and a gated Pod
+    may not name a node: kube-apiserver refuses it), so the label that sends it there goes.
+    """
+    meta = dict(pod["metadata"])
+    labels = {
+        k: v for k, v in (meta.get("labels") or {}).items() if k != contract.KUEUE_QUEUE_LABEL
+    }
+    return {**pod, "metadata": {**meta, "labels": labels}}
 
 
 def _without_owners(pod: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from gpustack_core import contract
 from gpustack_core.instance_metrics import API_GROUP
 from gpustack_core.pods import AwareDatetime
 from gpustack_core.wire import Wire
@@ -48,7 +49,7 @@ MAX_PID = 4_194_304
 """Linux's ``pid_max`` ceiling: a larger PID cannot be a host process."""
 
 _UUID_NAMESPACE = uuid.UUID("5c0e7a3e-2f49-4c1b-9a0e-6d8f1b2c3a4d")
-_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+_QUEUE_LABEL = contract.KUEUE_QUEUE_LABEL
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Pid = Annotated[int, msgspec.Meta(ge=1, le=MAX_PID)]

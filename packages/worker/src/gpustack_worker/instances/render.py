@@ -25,7 +25,7 @@ from gpustack_core.units import ceil_fraction
 TYPE_LABEL: Final = "resource.gpustack.ai/type"
 """Marks what the operator rendered for an Instance; the isolation policy selects on it."""
 INSTANCES_TYPE: Final = "instances"
-QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+QUEUE_LABEL: Final = contract.KUEUE_QUEUE_LABEL
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "gpustack-operator"
