@@ -58,8 +58,17 @@ class UnitResources(Wire, frozen=True, kw_only=True):
 
 
 class InstanceTypeSpec(Wire, frozen=True, kw_only=True):
-    """What an Instance of this type gets and where it may run."""
+    """What an Instance of this type gets and where it may run.
 
+    Immutable after creation but for ``displayName`` and ``inactive`` (the InstanceType
+    webhook, :mod:`gpustack_core.instancetype_rules`): a pool re-sized or re-pointed under
+    running Instances would leave them on what they no longer match, so that is delete and
+    create again.
+    """
+
+    display_name: Annotated[
+        str, Meta(description="A name people read; may change, as inactive may.")
+    ] = ""
     acceleratable: Annotated[bool, Meta(description="Whether the type holds accelerators.")] = False
     accelerator_group: Annotated[
         str, Meta(description="The accelerator key, e.g. nvidia-a10g.")
