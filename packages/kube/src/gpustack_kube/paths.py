@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote
 
-from gpustack_core.contract import API_GROUP, CRD_VERSION
+from gpustack_core.contract import API_GROUP, CRD_VERSION, KUEUE_API_VERSION
 
 
 class PathSegmentError(ValueError):
@@ -104,6 +104,18 @@ INSTANCE_TYPES: Final = Resource(API_GROUP, CRD_VERSION, "instancetypes", namesp
 """The cluster-scoped InstanceType CRD: what an Instance's ``spec.type`` names."""
 DEVICES: Final = Resource(API_GROUP, CRD_VERSION, "devices", namespaced=False)
 """The cluster-scoped ``Devices`` CRD, one object per node (spec from detection, the ledger)."""
+INSTANCE_TYPE_FLAVORS: Final = Resource(
+    API_GROUP, CRD_VERSION, "instancetypeflavors", namespaced=False
+)
+"""The cluster-scoped InstanceTypeFlavor CRD: the read-only catalog of the pools."""
+NAMESPACES: Final = Resource("", "v1", "namespaces", namespaced=False)
+
+KUEUE_GROUP, KUEUE_VERSION = KUEUE_API_VERSION.split("/")
+"""The Kueue API the InstanceType chain writes (``contract.KUEUE_API_VERSION``)."""
+RESOURCE_FLAVORS: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", namespaced=False)
+CLUSTER_QUEUES: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", namespaced=False)
+LOCAL_QUEUES: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "localqueues")
+ADMISSION_CHECKS: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", namespaced=False)
 
 
 def node_summary_path(node: str) -> str:
@@ -112,13 +124,21 @@ def node_summary_path(node: str) -> str:
 
 
 __all__ = [
+    "ADMISSION_CHECKS",
+    "CLUSTER_QUEUES",
     "CONFIGMAPS",
     "DEVICES",
     "INSTANCES",
+    "INSTANCE_TYPE_FLAVORS",
+    "KUEUE_GROUP",
+    "KUEUE_VERSION",
+    "LOCAL_QUEUES",
+    "NAMESPACES",
     "NODES",
     "NODE_FEATURES",
     "PODS",
     "POD_METRICS",
+    "RESOURCE_FLAVORS",
     "SECRETS",
     "SUBJECT_ACCESS_REVIEWS",
     "TOKEN_REVIEWS",
