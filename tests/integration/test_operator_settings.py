@@ -92,6 +92,11 @@ async def test_a_first_start_seeds_every_key_from_the_environment_or_the_default
         "instance-ssh-server-image": "",
         "instance-cpu-overcommit": "1",  # the variable did not parse: the default is seeded
         "instance-memory-overcommit": "1",
+        # The InstanceType chain's, at the reference's defaults (shared/reference/instancetypes.md).
+        "instance-type-derived-from-node": "true",
+        "instance-type-aware-cpu-manufacturer": "false",
+        "instance-type-mixed-on-node": "true",
+        "instance-type-drain-when-no-flavors": "true",
     }
     assert secret["type"] == "Opaque"
     await eventually(lambda: _true(settings.current.instance_host_path_volume_allowed), "read")

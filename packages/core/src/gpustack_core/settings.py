@@ -149,6 +149,38 @@ KEYS: Final[tuple[Key, ...]] = (
         "an Instance Pod's memory request is its limit divided by this",
         deprecated=("instance-memory-overcommit",),
     ),
+    Key(
+        "instance-type-derived-from-node",
+        "true",
+        parse_bool,
+        "instance_type_derived_from_node",
+        "derive InstanceTypes, their ClusterQueues and entrance LocalQueues from the nodes "
+        "(create-only); false: only align the ResourceFlavors",
+    ),
+    Key(
+        "instance-type-aware-cpu-manufacturer",
+        "false",
+        parse_bool,
+        "instance_type_aware_cpu_manufacturer",
+        "split every pool by the CPU key (new types created beside the collapsed ones); "
+        "ResourceFlavors are never rewritten",
+    ),
+    Key(
+        "instance-type-mixed-on-node",
+        "true",
+        parse_bool,
+        "instance_type_mixed_on_node",
+        "a node with accelerators also joins a CPU pool; false: CPU pools hold only nodes "
+        "without accelerators",
+    ),
+    Key(
+        "instance-type-drain-when-no-flavors",
+        "true",
+        parse_bool,
+        "instance_type_drain_when_no_flavors",
+        "a ClusterQueue that lost every flavor is drained (HoldAndDrain) before its resource "
+        "groups are emptied, once nothing is reserved; false: emptied at once",
+    ),
 )
 """Every key served, in the order the documentation lists them."""
 
@@ -165,6 +197,10 @@ class Settings:
     instance_ssh_server_image: str = ""
     instance_cpu_overcommit: Fraction = Fraction(1)
     instance_memory_overcommit: Fraction = Fraction(1)
+    instance_type_derived_from_node: bool = True
+    instance_type_aware_cpu_manufacturer: bool = False
+    instance_type_mixed_on_node: bool = True
+    instance_type_drain_when_no_flavors: bool = True
 
 
 def defaults() -> Settings:
