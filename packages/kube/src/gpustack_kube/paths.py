@@ -116,6 +116,8 @@ RESOURCE_FLAVORS: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors"
 CLUSTER_QUEUES: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", namespaced=False)
 LOCAL_QUEUES: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "localqueues")
 ADMISSION_CHECKS: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", namespaced=False)
+WORKLOADS: Final = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads")
+"""Kueue's Workloads: the node-devices AdmissionCheck answers their ``status.admissionChecks``."""
 
 
 def node_summary_path(node: str) -> str:
@@ -142,6 +144,7 @@ __all__ = [
     "SECRETS",
     "SUBJECT_ACCESS_REVIEWS",
     "TOKEN_REVIEWS",
+    "WORKLOADS",
     "PathSegmentError",
     "Resource",
     "join",
