@@ -181,6 +181,14 @@ KEYS: Final[tuple[Key, ...]] = (
         "a ClusterQueue that lost every flavor is drained (HoldAndDrain) before its resource "
         "groups are emptied, once nothing is reserved; false: emptied at once",
     ),
+    Key(
+        "workload-fit-affinity",
+        "true",
+        parse_bool,
+        "workload_fit_affinity",
+        "a slice, or a shared request of two or more cards, on a Kueue queue is pinned to nodes "
+        "whose per-card fit labels show one card can still hold it",
+    ),
 )
 """Every key served, in the order the documentation lists them."""
 
@@ -201,6 +209,7 @@ class Settings:
     instance_type_aware_cpu_manufacturer: bool = False
     instance_type_mixed_on_node: bool = True
     instance_type_drain_when_no_flavors: bool = True
+    workload_fit_affinity: bool = True
 
 
 def defaults() -> Settings:
