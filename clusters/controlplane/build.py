@@ -2,8 +2,8 @@
 
     python3 clusters/controlplane/build.py [--print-dir] [component ...]
 
-Components: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kueue
-(default: all).
+Components: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kueue,
+nfd-master (default: all).
 Binaries land in ``.tools/controlplane/<key>/`` where ``<key>`` hashes the module's go.mod, go.sum,
 its sources and ``go version``: a change to a pin is a new key, never a stale binary. A clean
 clone (CI) finds earlier builds through ``$GPUSTACK_CACHE`` (default
@@ -57,6 +57,7 @@ COMPONENTS: dict[str, tuple[str, str]] = {
     "kubectl": ("kubernetes", "k8s.io/kubernetes/cmd/kubectl"),
     "etcd": ("etcd", "."),
     "kueue": ("kueue", "sigs.k8s.io/kueue/cmd/kueue"),
+    "nfd-master": ("nfd", "sigs.k8s.io/node-feature-discovery/cmd/nfd-master"),
 }
 
 

@@ -272,3 +272,22 @@ def test_real_kueue_admits_within_quota_and_gates_beyond_it(system: System) -> N
         for w in workloads["items"]
     }
     assert admitted == {"kueue-fits": True, "kueue-too-big": False}
+
+
+def test_real_nfd_master_turns_the_published_nodefeatures_into_node_labels(
+    system: System,
+) -> None:
+    """nfd-master from NFD's module labels the nodes from the worker's and Device Managers'
+    NodeFeatures, and records the keys it owns (``nfd.node.kubernetes.io/feature-labels``)."""
+
+    def labelled() -> dict[str, Any] | None:
+        node: dict[str, Any] = kubectl_json(system, "get", "node", "gpu-node-2")
+        labels = node["metadata"].get("labels") or {}
+        return node if labels.get("acceleratable.feature.gpustack.ai/nvidia") == "true" else None
+
+    node = eventually(labelled, "gpu-node-2's acceleratable labels from nfd-master")
+    labels = node["metadata"]["labels"]
+    assert labels["gpustack.ai/managed"] == "true"  # the worker's NodeFeature
+    owned = set(node["metadata"]["annotations"]["nfd.node.kubernetes.io/feature-labels"].split(","))
+    assert "acceleratable.feature.gpustack.ai/nvidia" in owned
+    assert any(key.startswith("general.feature.gpustack.ai/") for key in labels)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_simulator.controlplane import bootstrap, kueue
+from gpustack_simulator.controlplane import bootstrap, kueue, nfd
 from gpustack_simulator.controlplane.netns import Netns, NetnsError
 from gpustack_simulator.scenario.schema import Rule, UserDoc
 
@@ -192,3 +192,31 @@ def test_kueue_mounts_its_rotators_pair_only_once_it_is_written(tmp_path: Path) 
     assert kueue.mount_secret(written, tmp_path / "certs")
     assert (tmp_path / "certs" / "tls.crt").read_bytes() == b"CERT"
     assert (tmp_path / "certs" / "tls.key").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.fixture(scope="module")
+def nfd_source() -> Path:
+    if shutil.which("go") is None:
+        pytest.skip("go is not installed here")
+    try:
+        return nfd.module_dir(CONTROLPLANE / "nfd")
+    except nfd.NfdError as exc:
+        pytest.skip(f"NFD's module is not in the module cache: {exc}")
+
+
+def test_nfd_master_is_installed_from_its_own_deployment_base(nfd_source: Path) -> None:
+    objects = nfd.manifests(nfd_source)
+    crds = {
+        o["spec"]["names"]["plural"] for o in objects if o["kind"] == "CustomResourceDefinition"
+    }
+    assert {"nodefeatures", "nodefeaturerules"} <= crds
+    [binding] = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "nfd-master", "namespace": "node-feature-discovery"}
+    ]
+    command = nfd.command(Path("/bin/nfd-master"), Path("/k"), 1234)
+    allowed = next(a for a in command if a.startswith("-extra-label-ns="))
+    # The namespaces docs/deploy.md tells an NFD install to allow for the chart's labels.
+    deploy = (REPO / "docs" / "deploy.md").read_text()
+    for namespace in allowed.removeprefix("-extra-label-ns=").split(","):
+        assert namespace in deploy

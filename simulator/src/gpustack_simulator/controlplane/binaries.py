@@ -21,6 +21,7 @@ COMPONENTS = (
     "kube-scheduler",
     "kubectl",
     "kueue",
+    "nfd-master",
 )
 BUILD_SCRIPT = Path("clusters") / "controlplane" / "build.py"
 

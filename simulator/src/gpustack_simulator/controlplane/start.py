@@ -32,7 +32,14 @@ import msgspec
 import trustme
 
 from gpustack_core import contract
-from gpustack_simulator.controlplane import binaries, bootstrap, components, kubeconfigs, kueue
+from gpustack_simulator.controlplane import (
+    binaries,
+    bootstrap,
+    components,
+    kubeconfigs,
+    kueue,
+    nfd,
+)
 from gpustack_simulator.controlplane.netns import NETNS_FILE, Netns, NetnsError, record
 from gpustack_simulator.controlplane.nodeagent import AgentConfig, NodeSpec
 from gpustack_simulator.controlplane.pki import ControlPlanePKI, Pair
@@ -392,6 +399,33 @@ class _Run:
         ready = f"http://127.0.0.1:{health_port}/readyz"
         _wait(manager, lambda: _plain_ok(ready), self.deadline, "/readyz", interval=0.5)
 
+    def nfd(self) -> None:
+        """nfd-master from NFD's module: NodeFeatures become node labels, as on a cluster."""
+        root = binaries.repository_root()
+        assert root is not None
+        try:
+            source = nfd.module_dir(root / "clusters" / "controlplane" / "nfd")
+        except nfd.NfdError as exc:
+            raise UpError(str(exc)) from exc
+        objects = nfd.manifests(source)
+        crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+        self.kubectl.apply([o for o in objects if o["kind"] == "Namespace"])
+        self.kubectl.apply(crds)
+        names = [f"crd/{c['metadata']['name']}" for c in crds]
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        self.kubectl.apply([o for o in objects if o["kind"] not in {"CustomResourceDefinition"}])
+        token = self.kubectl.create_token(nfd.NAMESPACE, nfd.SERVICE_ACCOUNT)
+        config = kubeconfigs.write(
+            self.state_dir / "nfd" / "kubeconfig",
+            kubeconfigs.kubeconfig(self.server, self.pki.ca, {"nfd": {"token": token}}, "nfd"),
+        )
+        (port,) = _free_ports(1)
+        master = nfd.command(self.found["nfd-master"], config, port)
+        # nfd-master annotates the node it runs on (NODE_NAME, the downward API's): here the
+        # first scenario node stands for the control-plane node it would have run on.
+        node = self.expanded.nodes[0]["metadata"]["name"]
+        self.started.append(_spawn("nfd-master", master, self.logs, env={"NODE_NAME": node}))
+
     def nodes(self) -> Path:
         """The node agent, inside the namespace; returns once every node is Ready."""
         kubelets = kubelet_root(self.state_dir)
@@ -469,6 +503,7 @@ def _start(run: _Run) -> Endpoints:
     run.install()
     run.kueue()
     kubelets = run.nodes()
+    run.nfd()  # after the nodes: it annotates the one it stands on
     worker_url = run.worker()  # the webhooks fail closed: it serves before any Pod is made
     managers = run.device_managers(kubelets)
     run.scenario()
