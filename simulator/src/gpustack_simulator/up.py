@@ -309,11 +309,12 @@ WEBHOOK_EXCLUDED_NAMESPACES = ("gpustack-system", "kube-system")
 def webhook_configurations(worker_url: str, worker_ca: bytes) -> list[dict[str, Any]]:
     """The worker's admission webhooks, as the chart registers them, pointed at ``worker_url``.
 
-    Gate 1 on Pods, and the Instance webhook (validation, the node-escape gates, immutability
-    while running, the preset defaults) on Instances. The chart reaches the worker through its
-    Service; here the worker listens on loopback, so the configurations name it by ``url`` and
-    pin its CA. Everything else (rules, selectors, failure policy, timeout, reinvocation) is
-    what the chart renders.
+    Gate 1 on Pods, the Instance webhook (validation, the node-escape gates, immutability
+    while running, the preset defaults) on Instances, and the InstanceType webhook (defaults
+    from the catalog flavor, immutability) on InstanceTypes. The chart reaches the worker
+    through its Service; here the worker listens on loopback, so the configurations name it by
+    ``url`` and pin its CA. Everything else (rules, selectors, failure policy, timeout,
+    reinvocation) is what the chart renders.
     """
     bundle = base64.b64encode(worker_ca).decode()
     common: dict[str, Any] = {
@@ -344,13 +345,13 @@ def webhook_configurations(worker_url: str, worker_ca: bytes) -> list[dict[str, 
         },
     }
 
-    def instances(*operations: str) -> dict[str, Any]:
+    def instances(*operations: str, resource: str = "instances") -> dict[str, Any]:
         rule = {
             "apiGroups": [contract.API_GROUP],
             "apiVersions": [contract.CRD_VERSION],
             "operations": list(operations),
-            "resources": ["instances"],
-            "scope": "Namespaced",
+            "resources": [resource],
+            "scope": "Namespaced" if resource == "instances" else "Cluster",
         }
         return {**common, "rules": [rule]}
 
@@ -381,6 +382,12 @@ def webhook_configurations(worker_url: str, worker_ca: bytes) -> list[dict[str, 
                 instances("CREATE"),
                 reinvocationPolicy="Never",
             ),
+            hook(
+                "instancetypes.mutate.worker.gpustack.ai",
+                contract.INSTANCE_TYPE_MUTATE_PATH,
+                instances("CREATE", "UPDATE", resource="instancetypes"),
+                reinvocationPolicy="Never",
+            ),
         ),
         config(
             "ValidatingWebhookConfiguration",
@@ -389,6 +396,11 @@ def webhook_configurations(worker_url: str, worker_ca: bytes) -> list[dict[str, 
                 "instances.validate.worker.gpustack.ai",
                 contract.INSTANCE_VALIDATE_PATH,
                 instances("CREATE", "UPDATE"),
+            ),
+            hook(
+                "instancetypes.validate.worker.gpustack.ai",
+                contract.INSTANCE_TYPE_VALIDATE_PATH,
+                instances("CREATE", "UPDATE", resource="instancetypes"),
             ),
         ),
     ]

@@ -149,8 +149,9 @@ def test_failure_policy_is_a_value_for_pods_and_fail_for_instances() -> None:
     objects = render({"worker": {"admissionWebhook": {"failurePolicy": "Ignore"}}})
     for hook in webhooks(objects).values():
         assert hook["failurePolicy"] == "Ignore"
-    for hook in webhooks(objects, "instances.").values():
-        assert hook["failurePolicy"] == "Fail"
+    for prefix in ("instances.", "instancetypes."):
+        for hook in webhooks(objects, prefix).values():
+            assert hook["failurePolicy"] == "Fail"
     render_fails({"worker": {"admissionWebhook": {"failurePolicy": "Sometimes"}}})
 
 
@@ -175,6 +176,32 @@ def test_the_instance_webhooks_judge_every_instance_write(files: tuple[Any, ...]
     assert mutate["reinvocationPolicy"] == "Never"
 
 
+@pytest.mark.parametrize("files", [(), (KIND_VALUES,)], ids=["defaults", "kind-simulation"])
+def test_the_instancetype_webhooks_judge_every_instancetype_write(files: tuple[Any, ...]) -> None:
+    """Both phases on CREATE and UPDATE: defaults at creation, labels and carried fields on an
+    update; immutability can only be judged on an update."""
+    hooks = webhooks(render(files=files), "instancetypes.")
+    mutate = hooks["MutatingWebhookConfiguration"]
+    validate = hooks["ValidatingWebhookConfiguration"]
+    assert mutate["name"] == "instancetypes.mutate.worker.gpustack.ai"
+    assert validate["name"] == "instancetypes.validate.worker.gpustack.ai"
+    assert mutate["clientConfig"]["service"]["path"] == (
+        "/mutate-worker-gpustack-ai-v1alpha1-instancetype"
+    )
+    assert validate["clientConfig"]["service"]["path"] == (
+        "/validate-worker-gpustack-ai-v1alpha1-instancetype"
+    )
+    rule = {"apiGroups": ["worker.gpustack.ai"], "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["instancetypes"],
+            "scope": "Cluster"}  # fmt: skip
+    for hook in (mutate, validate):
+        assert hook["rules"] == [rule]
+        assert hook["sideEffects"] == "None"
+        assert hook["failurePolicy"] == "Fail"
+        assert "namespaceSelector" not in hook
+    assert mutate["reinvocationPolicy"] == "Never"
+
+
 def test_simulator_up_registers_what_the_chart_renders() -> None:
     """``simulator up`` names the worker by URL; every other field is the chart's."""
     rendered = render()
@@ -195,7 +222,7 @@ def test_the_webhooks_read_devices_nodes_and_types_and_nothing_else() -> None:
     role = find(objects, "ClusterRole", f"{WORKER}:admission")
     assert role["rules"] == [
         {"apiGroups": ["worker.gpustack.ai"], "resources": ["devices"], "verbs": ["list"]},
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
         {"apiGroups": ["worker.gpustack.ai"], "resources": ["instancetypes"], "verbs": ["get"]},
     ]
     binding = find(objects, "ClusterRoleBinding", f"{WORKER}:admission")

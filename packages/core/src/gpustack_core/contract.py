@@ -51,6 +51,10 @@ INSTANCE_VALIDATE_PATH: Final = f"/validate-worker-gpustack-ai-{CRD_VERSION}-ins
 """The Instance admission webhook on the worker's secure port (controller-runtime's spelling:
 ``/<verb>-<group with dashes>-<version>-<kind>``), for CREATE and UPDATE of the stored version
 every write reaches, through ``v1`` or not."""
+INSTANCE_TYPE_MUTATE_PATH: Final = f"/mutate-worker-gpustack-ai-{CRD_VERSION}-instancetype"
+INSTANCE_TYPE_VALIDATE_PATH: Final = f"/validate-worker-gpustack-ai-{CRD_VERSION}-instancetype"
+"""The InstanceType admission webhook (defaulting from the catalog flavor, immutability), same
+spelling, for CREATE and UPDATE."""
 
 # -- the InstanceType chain over Kueue (shared/reference/instancetypes.md, the walkthrough) ----
 
@@ -65,6 +69,15 @@ CREDITS_PREFIX: Final = "credits.gpustack.ai/"
 """A manufacturer's Kueue quota resource: ``credits.gpustack.ai/nvidia``."""
 NODE_DEVICES_CHECK: Final = "gpustack-node-devices"
 """The per-accelerator AdmissionCheck an accelerated ClusterQueue references once Active."""
+NODE_DEVICES_CONTROLLER: Final = "gpustack.ai/node-devices"
+"""The check's ``spec.controllerName``: the worker answers every AdmissionCheck naming it."""
+FIT_LABEL_DOMAIN: Final = "fit.gpustack.ai"
+"""The per-card fit labels' domain on a Node (``<figure>.fit.gpustack.ai/<aKey>``): written by
+the worker from the node's ``Devices`` ledger, read by the Pod webhook's fit affinity."""
+FIT_SLICED_PREFIX: Final = f"sliced-max-free-units.{FIT_LABEL_DOMAIN}/"
+"""``+ <aKey>``: the most units one card of the model can still give a logical slice."""
+FIT_SHARED_PREFIX: Final = f"shared-free-cards.{FIT_LABEL_DOMAIN}/"
+"""``+ <aKey>``: how many cards of the model can still give one share (160,000 units)."""
 KUEUE_API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
 """The Kueue API the chain writes (the version Kueue v0.17 stores)."""
 

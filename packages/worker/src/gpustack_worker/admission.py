@@ -165,14 +165,18 @@ def answer(
     code: int = 403,
     reason: str = "Forbidden",
     causes: Sequence[Mapping[str, str]] = (),
+    warnings: Sequence[str] = (),
 ) -> bytes:
     """The response review: allowed (with a JSONPatch when there is one) or denied.
 
     A denial carries ``code`` and ``reason`` (403 ``Forbidden`` unless the webhook says
     otherwise: 422 ``Invalid`` for a field that is wrong) and the field ``causes``, which
-    kube-apiserver passes on in the ``Status`` the client reads.
+    kube-apiserver passes on in the ``Status`` the client reads. ``warnings`` reach the client
+    as ``Warning:`` headers (kubectl prints them), allowed or not.
     """
     response: dict[str, Any] = {"uid": uid, "allowed": denied is None}
+    if warnings:
+        response["warnings"] = list(warnings)
     if denied is not None:
         status: dict[str, Any] = {"code": code, "reason": reason, "message": denied}
         if causes:

@@ -49,6 +49,8 @@ from gpustack_worker.authz import Attributes, AuthorizationError, Authorizer, fo
 from gpustack_worker.instance_admission import PHASES as INSTANCE_PHASES
 from gpustack_worker.instance_admission import InstanceWebhook
 from gpustack_worker.instances_v1 import as_v1, storage_body, table, table_version
+from gpustack_worker.instancetype_admission import PHASES as INSTANCE_TYPE_PHASES
+from gpustack_worker.instancetype_admission import InstanceTypeWebhook
 from gpustack_worker.subresource import Sources, Unavailable, instance_metrics_json
 from gpustack_worker.tls import presented_chain
 
@@ -83,6 +85,8 @@ class Surface:
     """The operator Settings in force (``OperatorSettings.current``); the defaults without."""
     instance_admission: InstanceWebhook | None = None
     """The Instance webhook; ``None`` builds one sharing the Pod webhook's ``Devices`` cache."""
+    instance_type_admission: InstanceTypeWebhook | None = None
+    """The InstanceType webhook; ``None`` builds one sharing the same cache."""
     body_timeout: float = 10.0
     """Seconds a request body may take to arrive before the answer is ``408``."""
 
@@ -242,6 +246,10 @@ def build_app(surface: Surface, *, fast_path: bool = True) -> QuartTrio:
         surface.instance_admission = InstanceWebhook(
             surface.sources.client, surface.admission.devices, surface.settings
         )
+    if surface.instance_type_admission is None:
+        surface.instance_type_admission = InstanceTypeWebhook(
+            surface.sources.client, surface.admission.devices
+        )
     routes = _Routes(surface)
     inner = _FastPath(app.asgi_app, routes) if fast_path else app.asgi_app
     app.asgi_app = RequestGuard(inner, _status_rejection)  # type: ignore[method-assign]
@@ -297,7 +305,8 @@ class _Routes:
         path = raw_path.rstrip("/") or "/"
         if path in HEALTH_PATHS:
             return self.health(path)
-        if path in PHASES or path in INSTANCE_PHASES:  # kube-apiserver presents no credential
+        if path in PHASES or path in INSTANCE_PHASES or path in INSTANCE_TYPE_PHASES:
+            # kube-apiserver presents no credential
             return await self.admission(path)
         user = await self.authenticate()
         g.user = user.name  # for the access log, whatever the answer
@@ -318,7 +327,8 @@ class _Routes:
             return f"[-]{problem}\nreadyz check failed\n".encode(), 500, TEXT
         return b"ok", 200, TEXT
 
-    # -- the admission webhooks (gpustack_worker.admission, .instance_admission) ------------
+    # -- the admission webhooks (gpustack_worker.admission, .instance_admission, ------------
+    # -- .instancetype_admission) ----------------------------------------------------------
 
     async def admission(self, path: str) -> Response:
         """One review: a JSON ``AdmissionReview`` body, else a one-line 4xx (never a 500).
@@ -344,7 +354,14 @@ class _Routes:
             return _text(exc.code, f"AdmissionReview: {exc.message}")
         assert self.surface.admission is not None  # build_app made one
         assert self.surface.instance_admission is not None
-        webhook = self.surface.admission if path in PHASES else self.surface.instance_admission
+        assert self.surface.instance_type_admission is not None
+        webhook: AdmissionWebhook | InstanceWebhook | InstanceTypeWebhook
+        if path in PHASES:
+            webhook = self.surface.admission
+        elif path in INSTANCE_PHASES:
+            webhook = self.surface.instance_admission
+        else:
+            webhook = self.surface.instance_type_admission
         status, answer = await webhook.handle(path, body)
         if status != 200:
             return Response(answer, status=status, content_type="text/plain; charset=utf-8")
