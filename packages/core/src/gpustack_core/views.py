@@ -111,11 +111,12 @@ class _NodeTally:
     shareable_cards: int = 0
 
 
-def _rows(ledger: Iterable[LedgerGroup]) -> dict[str, LedgerAccelerator]:
+def ledger_rows(ledger: Iterable[LedgerGroup]) -> dict[str, LedgerAccelerator]:
+    """Each card's ledger row by card ID (the per-card fit reads the ledger the same way)."""
     return {card.id: card for group in ledger for card in group.accelerators}
 
 
-def _remaining(row: LedgerAccelerator | None) -> tuple[int, int]:
+def card_remaining(row: LedgerAccelerator | None) -> tuple[int, int]:
     """``(mode, remaining units)`` of a card; no row is a free card, figures are clamped."""
     if row is None:
         return 0, UNITS_PER_ACCELERATOR
@@ -132,14 +133,27 @@ def _sliceable(card: AcceleratorSpec) -> bool:
     return logical is not None and logical.count > 0
 
 
+def free_partitions(card: AcceleratorSpec, row: LedgerAccelerator | None) -> dict[str, int]:
+    """Profile → partitions of the card nothing holds, the ledger's figure clamped to the offer.
+
+    No row (or no figure for a profile) is every offered partition free, as for the views.
+    """
+    physical = card.status.physical_sliced
+    free = {p.name: p.count for p in (row.remaining_profiles if row else ())}
+    out: dict[str, int] = {}
+    for profile in physical.profiles if physical is not None else ():
+        offered = max(profile.count, 0)
+        out[profile.name] = min(max(free.get(profile.name, offered), 0), offered)
+    return out
+
+
 def _count_partitions(card: AcceleratorSpec, row: LedgerAccelerator | None, tally: _Tally) -> None:
     physical = card.status.physical_sliced
     assert physical is not None  # _partitioned(card)
-    free = {p.name: p.count for p in (row.remaining_profiles if row else ())}
+    left_by_profile = free_partitions(card, row)
     for profile in physical.profiles:
-        offered = max(profile.count, 0)
-        left = min(max(free.get(profile.name, offered), 0), offered)
-        tally.pt_capacity += offered
+        left = left_by_profile[profile.name]
+        tally.pt_capacity += max(profile.count, 0)
         tally.pt_remaining += left
         tally.profiles[profile.name] = tally.profiles.get(profile.name, 0) + left
 
@@ -147,7 +161,7 @@ def _count_partitions(card: AcceleratorSpec, row: LedgerAccelerator | None, tall
 def _count_whole(
     card: AcceleratorSpec, row: LedgerAccelerator | None, tally: _Tally, node: _NodeTally
 ) -> None:
-    mode, remaining = _remaining(row)
+    mode, remaining = card_remaining(row)
     tally.ex_capacity += 1
     if mode == 0 and remaining >= UNITS_PER_ACCELERATOR:
         tally.ex_remaining += 1
@@ -171,7 +185,7 @@ def accelerator_views(nodes: Iterable[NodeDevices], key: str) -> Views:
     """
     tally = _Tally()
     for node in nodes:
-        rows = _rows(node.ledger)
+        rows = ledger_rows(node.ledger)
         here = _NodeTally()
         for group in node.groups:
             if accelerator_key(group) != key:
