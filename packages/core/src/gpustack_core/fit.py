@@ -46,6 +46,8 @@ from gpustack_core.modes import AllocationMode
 from gpustack_core.names import qualified_name_errors
 from gpustack_core.requests import (
     DEFAULT_NAMES,
+    ContainerRequests,
+    Decision,
     fold_mib,
     fold_percentage,
     parse_pod,
@@ -103,12 +105,26 @@ def pod_asks(
     units are the ``.sliced.units`` the webhook wrote, else its memory percentage folded; a
     Visibility sidecar asks for nothing (it sees its sibling's cards).
     """
+    return _asks(parse_pod(pod, names), {})
+
+
+def decision_asks(decision: Decision) -> tuple[Ask, ...]:
+    """The asks of a Pod the webhook just judged, with the units its patch is about to write."""
+    folded = {(field_, maker): units for field_, maker, units in decision.folded}
+    return _asks(decision.requests, folded)
+
+
+def _asks(
+    containers: Sequence[ContainerRequests], folded: Mapping[tuple[str, str], int]
+) -> tuple[Ask, ...]:
     asks: list[Ask] = []
-    for container in parse_pod(pod, names):
+    for container in containers:
         for r in container.requests:
             if r.mode is AllocationMode.VISIBILITY:
                 continue
-            units = r.units
+            units = (
+                r.units if r.units is not None else folded.get((container.field, r.manufacturer))
+            )
             if units is None and r.mode is AllocationMode.SLICED and r.memory_percentage:
                 units = fold_percentage(r.memory_percentage)
             asks.append(
@@ -465,6 +481,7 @@ __all__ = [
     "PodSet",
     "Verdict",
     "admit",
+    "decision_asks",
     "fit_labels",
     "fit_pod",
     "is_fit_label",

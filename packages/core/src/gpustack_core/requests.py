@@ -142,6 +142,9 @@ class Decision:
 
     patch: tuple[dict[str, Any], ...] = ()
     requests: tuple[ContainerRequests, ...] = ()
+    folded: tuple[tuple[str, str, int], ...] = ()
+    """``(container field, manufacturer, units)`` of every slice and partition folded: what the
+    Pod will carry in ``.units`` once the patch is applied (the fit affinity pins by it)."""
 
 
 # -- names ------------------------------------------------------------------------------------
@@ -665,12 +668,14 @@ def review(
     containers = parse_pod(pod, names)
     _pod_rules(containers)
     patch: list[dict[str, Any]] = []
+    folded: list[tuple[str, str, int]] = []
     for c in containers:
         for r in c.requests:
             units = _fold(c, r, cards.get(r.manufacturer, NO_CARDS))
             resource = r.units_resource
             if units is None or resource is None:
                 continue
+            folded.append((c.field, r.manufacturer, units))
             spot = _limit(c.field, resource)
             if r.units is None and phase == "validate":
                 raise RequestError(
@@ -691,7 +696,7 @@ def review(
                         "defaulted by the mutating webhook and missing"
                     )
                 patch += _writes(c, r.names.sliced_cores_percentage, DEFAULT_CORES_PERCENTAGE)
-    return Decision(patch=tuple(patch), requests=containers)
+    return Decision(patch=tuple(patch), requests=containers, folded=tuple(folded))
 
 
 def _writes(c: ContainerRequests, resource: str, value: int) -> Iterable[dict[str, Any]]:

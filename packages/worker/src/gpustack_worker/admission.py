@@ -23,6 +23,11 @@ memory-percentage slice still folds (it needs no card memory) while memory-MiB a
 requests are refused with a message saying why. The list is cached for
 :data:`DEVICES_TTL` seconds so a burst of Pod creations costs one read.
 
+**Fit affinity.** With the Setting ``workload-fit-affinity`` on (and the worker publishing the
+per-card fit labels), the mutating answer also pins a Pod on a Kueue queue that asks for a slice,
+or for a share of two or more cards, to the nodes whose fit labels show one card can still hold
+it (:func:`_fit_pin`); ``docs/instancetypes.md`` says how.
+
 **Access.** The routes are unauthenticated, as kube-apiserver calls webhooks over plain
 server-verified TLS; they only read ``Devices`` (through the worker's own client, never the
 caller's input as a path) and answer from the request body, which is bounded to
@@ -43,10 +48,15 @@ import trio
 from gpustack_core import contract
 from gpustack_core.decoding import ContractError, convert, decode_json
 from gpustack_core.devices import DevicesSpec, GroupSpec
+from gpustack_core.features import accelerator_key
+from gpustack_core.fit import decision_asks
+from gpustack_core.fitaffinity import pin, requirements
 from gpustack_core.modes import AllocationMode
 from gpustack_core.requests import (
     DEFAULT_NAMES,
+    QUEUE_NAME_LABEL,
     Cards,
+    Decision,
     RequestError,
     parse_pod,
     review,
@@ -298,16 +308,24 @@ class AdmissionWebhook:
         self,
         devices: DevicesCache,
         names: Sequence[ResourceNames] = DEFAULT_NAMES,
+        *,
+        fit_affinity: Callable[[], bool] = lambda: False,
     ) -> None:
         self.devices = devices
         self.names = tuple(names)
+        self.fit_affinity = fit_affinity
+        """Whether to pin queued slices to the fit labels now (the worker publishes them and
+        the Setting ``workload-fit-affinity`` is on), asked at each review."""
         self.denied = 0
         self.patched = 0
+        self.pinned = 0
 
     @classmethod
-    def of(cls, client: KubeClient) -> AdmissionWebhook:
+    def of(
+        cls, client: KubeClient, *, fit_affinity: Callable[[], bool] = lambda: False
+    ) -> AdmissionWebhook:
         """The webhook reading ``Devices`` through ``client``."""
-        return cls(DevicesCache(client))
+        return cls(DevicesCache(client), fit_affinity=fit_affinity)
 
     async def handle(self, path: str, body: bytes) -> tuple[int, bytes]:
         """``(status, body)`` for one POST: 200 with a review, or 400 with one line."""
@@ -336,9 +354,40 @@ class AdmissionWebhook:
                 exc,
             )
             return answer(decoded.uid, denied=str(exc))
-        if decision.patch:
+        patch = [*decision.patch]
+        if phase == "mutate":
+            patch += await self._fit_pin(pod, decision)
+        if patch:
             self.patched += 1
-        return answer(decoded.uid, patch=decision.patch)
+        return answer(decoded.uid, patch=patch)
+
+    async def _fit_pin(self, pod: Mapping[str, Any], decision: Decision) -> list[dict[str, Any]]:
+        """The ``workload-fit-affinity`` pin of a queued slice or multi-card shared request.
+
+        A Pod on a Kueue queue asking for a slice, or for a share of two or more cards, gets a
+        required node affinity on the per-card fit labels of its manufacturer's models
+        (:mod:`gpustack_core.fitaffinity`), so the scheduler skips a fragmented node. Never a
+        denial: without the models (the ``Devices`` list unreadable) the Pod goes unpinned, and
+        the node-devices check still gates it.
+        """
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if QUEUE_NAME_LABEL not in labels or not self.fit_affinity():
+            return []
+        asks = decision_asks(decision)
+        if not requirements(asks, {a.manufacturer: ("?",) for a in asks}):
+            return []  # nothing to pin: no read of the Devices list needed
+        try:
+            nodes = await self.devices.nodes()
+        except DevicesUnavailable as exc:
+            log.info("Pod left unpinned to the fit labels: %s", exc)
+            return []
+        models: dict[str, set[str]] = {}
+        for groups in nodes.values():
+            for group in groups:
+                models.setdefault(group.manufacturer, set()).add(accelerator_key(group))
+        ops = pin(pod, requirements(asks, {m: sorted(k) for m, k in models.items()}))
+        self.pinned += 1 if ops else 0
+        return ops
 
     async def _cards(self, pod: Mapping[str, Any]) -> dict[str, Cards]:
         """Read ``Devices`` only when a request needs the cards.

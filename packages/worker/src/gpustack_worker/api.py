@@ -89,6 +89,9 @@ class Surface:
     """The InstanceType webhook; ``None`` builds one sharing the same cache."""
     body_timeout: float = 10.0
     """Seconds a request body may take to arrive before the answer is ``408``."""
+    fit_labels: bool = False
+    """The worker publishes the per-card fit labels, so the Pod webhook may pin to them (with
+    the Setting ``workload-fit-affinity``)."""
 
 
 def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
@@ -241,7 +244,10 @@ def build_app(surface: Surface, *, fast_path: bool = True) -> QuartTrio:
     # (kube-apiserver's own request limit).
     app.config["MAX_CONTENT_LENGTH"] = MAX_REVIEW_BYTES
     if surface.admission is None:
-        surface.admission = AdmissionWebhook.of(surface.sources.client)
+        surface.admission = AdmissionWebhook.of(
+            surface.sources.client,
+            fit_affinity=lambda: surface.fit_labels and surface.settings().workload_fit_affinity,
+        )
     if surface.instance_admission is None:
         surface.instance_admission = InstanceWebhook(
             surface.sources.client, surface.admission.devices, surface.settings
