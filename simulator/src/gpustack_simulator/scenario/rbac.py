@@ -123,6 +123,14 @@ def _worker_rules() -> tuple[Rule, ...]:
         # Events: posted, and counted again (count, lastTimestamp) when a refusal repeats.
         _rule([""], ["events"], ["create", "patch"]),
         _rule(["node.k8s.io"], ["runtimeclasses"], ["list"]),
+        # The gpustack-node-devices AdmissionCheck (gpustack_worker.admissioncheck): its object
+        # and Active condition, the Workloads' check entries, the flavors' nodeLabels, the
+        # Devices ledgers read uncached (list), and the per-card fit labels on Nodes.
+        _rule(["kueue.x-k8s.io"], ["admissionchecks"], ["list", "watch", "create"]),
+        _rule(["kueue.x-k8s.io"], ["admissionchecks/status"], ["patch"]),
+        _rule(["kueue.x-k8s.io"], ["workloads", "resourceflavors"], ["list", "watch"]),
+        _rule(["kueue.x-k8s.io"], ["workloads/status"], ["patch"]),
+        _rule([""], ["nodes"], ["patch"]),
         _rule(
             ["coordination.k8s.io"],
             ["leases"],

@@ -1,0 +1,1 @@
+"""The ``gpustack-node-devices`` AdmissionCheck: its controller and the per-card fit labels."""

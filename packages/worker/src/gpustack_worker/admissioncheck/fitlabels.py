@@ -1,0 +1,131 @@
+"""The per-card fit labels on each Node, from its ``Devices`` ledger.
+
+``sliced-max-free-units.fit.gpustack.ai/<aKey>`` and ``shared-free-cards.fit.gpustack.ai/<aKey>``
+say how much *one* card of a model can still give (:func:`gpustack_core.fit.fit_labels`); the
+Pod webhook's fit affinity pins a slice to the nodes whose label holds it, so kube-scheduler skips
+a node whose free room is spread over cards none of which fits.
+
+Level-triggered, as the node capacity loop is: Nodes and Devices come from informers; a node
+whose fit labels differ from what its ledger implies is patched (``metadata.labels``, a merge
+patch: values set, labels of a model or population the node no longer has removed with
+``null``); no label outside the fit domain is written or removed. A node without a ``Devices``
+object loses its fit labels (it has no cards this operator serves). The labels are published
+whether or not Kueue runs: they only filter, and only a Pod the webhook pinned reads them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from gpustack_core.decoding import ContractError, convert
+from gpustack_core.devices import DevicesSpec, DevicesStatus
+from gpustack_core.fit import fit_labels, is_fit_label
+from gpustack_core.views import NodeDevices
+from gpustack_kube.backoff import Backoff
+from gpustack_kube.client import KubeClient, KubeError, NotFound, PatchType
+from gpustack_kube.informer import Informer
+from gpustack_kube.paths import DEVICES, NODES
+from gpustack_worker.held import node_informer
+
+log = logging.getLogger("gpustack.worker.fitlabels")
+
+RETRY = Backoff(initial=1.0, maximum=30.0)
+
+
+def node_devices(obj: Mapping[str, Any]) -> NodeDevices:
+    """A ``Devices`` object as the fit reads it; ``ContractError`` names the node and field."""
+    name = str((obj.get("metadata") or {}).get("name", "?"))
+    spec = convert(obj.get("spec") or {}, DevicesSpec, what=f"Devices {name} spec")
+    status = convert(obj.get("status") or {}, DevicesStatus, what=f"Devices {name} status")
+    return NodeDevices(node=name, groups=spec.groups, ledger=status.groups)
+
+
+def labels_patch(node: Mapping[str, Any], wanted: Mapping[str, str]) -> dict[str, Any] | None:
+    """The merge patch bringing ``node``'s fit labels to ``wanted``; ``None``: in step."""
+    current = (node.get("metadata") or {}).get("labels") or {}
+    change: dict[str, str | None] = {
+        k: None for k in current if is_fit_label(k) and k not in wanted
+    }
+    change.update({k: v for k, v in wanted.items() if current.get(k) != v})
+    return {"metadata": {"labels": change}} if change else None
+
+
+async def run_fit_labels(
+    client: KubeClient,
+    *,
+    period: float = 60.0,
+    backoff: Backoff = RETRY,
+    nodes: Informer[dict[str, Any]] | None = None,
+) -> None:
+    """Keep every Node's fit labels in step with its ``Devices`` ledger, for ever.
+
+    ``nodes``: a Node informer the caller runs and shares; without one this runs its own.
+    """
+    owned = nodes is None
+    if nodes is None:
+        nodes = node_informer(client)
+    devices: Informer[dict[str, Any]] = Informer(client, DEVICES.path())
+    async with trio.open_nursery() as nursery:
+        if owned:
+            nursery.start_soon(nodes.run)
+        nursery.start_soon(devices.run)
+        failures = 0
+        while True:
+            if nodes.synced and devices.synced:
+                try:
+                    await sync(client, nodes.objects(), devices.objects())
+                    failures = 0
+                except KubeError as exc:
+                    failures += 1
+                    log.warning("writing the nodes' fit labels failed (%s)", exc)
+                    await trio.sleep(backoff.delay(failures))
+                    continue
+            with trio.move_on_after(period):
+                async with trio.open_nursery() as waiting:
+
+                    async def changed(informer: Informer[dict[str, Any]]) -> None:
+                        await informer.wait_changed()
+                        waiting.cancel_scope.cancel()
+
+                    waiting.start_soon(changed, nodes)
+                    waiting.start_soon(changed, devices)
+
+
+async def sync(
+    client: KubeClient,
+    nodes: list[dict[str, Any]],
+    devices: list[dict[str, Any]],
+) -> int:
+    """Patch every node whose fit labels are out of step; how many were patched."""
+    wanted: dict[str, dict[str, str]] = {}
+    for item in devices:
+        try:
+            read = node_devices(item)
+        except ContractError as exc:
+            log.warning("a node's fit labels stay as they are: %s", exc)
+            continue
+        wanted[read.node] = fit_labels(read)
+    patched = 0
+    for node in nodes:
+        name = str(node["metadata"]["name"])
+        if name not in wanted and not any(
+            is_fit_label(k) for k in (node["metadata"].get("labels") or {})
+        ):
+            continue
+        if name not in wanted and any(str((d.get("metadata") or {}).get("name")) == name
+                                      for d in devices):  # fmt: skip
+            continue  # its Devices did not decode: keep the labels it has
+        patch = labels_patch(node, wanted.get(name, {}))
+        if patch is None:
+            continue
+        try:
+            await client.patch(NODES.path(name=name), patch, PatchType.MERGE)
+        except NotFound:
+            continue
+        patched += 1
+        log.info("node %s: fit labels %s", name, patch["metadata"]["labels"])
+    return patched
