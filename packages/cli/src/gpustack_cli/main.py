@@ -166,6 +166,16 @@ def worker(
             )
         ),
     ] = True,
+    instance_types: Annotated[
+        bool,
+        typer.Option(
+            help=(
+                "Derive the InstanceType chain from the nodes: ResourceFlavors, InstanceTypes,"
+                " ClusterQueues, entrance LocalQueues and the InstanceTypeFlavor catalog, and"
+                " report every InstanceType's status (leader-elected among replicas)."
+            )
+        ),
+    ] = True,
     kubelet_access: KubeletAccessMode = "proxy",
     kubelet_port: KubeletPort = 10250,
     kubelet_certificate_authority: KubeletCA = None,
@@ -208,6 +218,7 @@ def worker(
         node_features=node_features,
         node_capacity=node_capacity,
         instance_controller=instance_controller,
+        instance_types=instance_types,
         kubelet=_kubelet(
             kubelet_access, kubelet_port, kubelet_certificate_authority, kubelet_insecure_tls
         ),

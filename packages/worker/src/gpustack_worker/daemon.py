@@ -48,6 +48,8 @@ from gpustack_worker.authn import (
 from gpustack_worker.authz import Authorizer
 from gpustack_worker.held import node_informer
 from gpustack_worker.instances.controller import ControllerOptions, InstanceController
+from gpustack_worker.instancetypes.controller import LEASE as INSTANCE_TYPES_LEASE
+from gpustack_worker.instancetypes.controller import InstanceTypeController
 from gpustack_worker.nodecapacity import run_node_capacity
 from gpustack_worker.nodefeatures import run_node_features
 from gpustack_worker.settings import OperatorSettings
@@ -103,6 +105,10 @@ class WorkerOptions:
     instance_controller: bool = False
     """Reconcile Instances into Pods and Services (instances/controller.py), leader-elected.
     Off here so an embedding (a test, a frozen scenario) opts in; the CLI turns it on."""
+    instance_types: bool = False
+    """Derive and report the InstanceType chain (instancetypes/controller.py: ResourceFlavors,
+    InstanceTypes, ClusterQueues, LocalQueues, the catalog), leader-elected on a Lease of its
+    own. Off here so an embedding opts in; the CLI turns it on."""
     identity: str = field(
         default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname()
     )
@@ -324,7 +330,7 @@ async def serve(
                 settings=lambda: operator_settings.current,
             )
             app = build_app(surface)
-            controller = _start_tasks(
+            controllers = _start_tasks(
                 nursery, options, client, lambda: settings.run(replace), views, operator_settings
             )
             if options.cert_dir is not None:
@@ -344,7 +350,7 @@ async def serve(
         finally:
             sock.close()  # also when startup fails after binding
             await kubelets.aclose()
-        if controller is not None:
+        for controller in controllers:
             await controller.drain(timeout=2.0)  # no write left half-sent by the cancel below
         nursery.cancel_scope.cancel()
 
@@ -393,14 +399,20 @@ def _start_tasks(
     settings: Callable[[], Awaitable[None]],
     views: Views,
     operator_settings: OperatorSettings,
-) -> InstanceController | None:
-    """The worker's background loops: settings, NodeFeatures, node capacity, the controller."""
+) -> list[InstanceController | InstanceTypeController]:
+    """The worker's background loops: settings, NodeFeatures, node capacity, the controllers."""
     nursery.start_soon(settings)
     if options.settle_heap:
         nursery.start_soon(_settle_heap, views)
     nodes = None
-    if options.node_features or options.node_capacity or options.instance_controller:
-        # One view of the Nodes for the three loops that follow them, held as they read it.
+    controllers: list[InstanceController | InstanceTypeController] = []
+    if (
+        options.node_features
+        or options.node_capacity
+        or options.instance_controller
+        or options.instance_types
+    ):
+        # One view of the Nodes for the loops that follow them, held as they read it.
         nodes = node_informer(client)
         nursery.start_soon(nodes.run)
     if options.node_features:
@@ -417,8 +429,21 @@ def _start_tasks(
             settings=operator_settings,
         )
         nursery.start_soon(controller.run)
-        return controller
-    return None
+        controllers.append(controller)
+    if options.instance_types:
+        chain = InstanceTypeController(
+            client,
+            ControllerOptions(
+                system_namespace=options.system_namespace,
+                identity=options.identity,
+                lease_name=INSTANCE_TYPES_LEASE,
+            ),
+            nodes=nodes,
+            settings=operator_settings,
+        )
+        nursery.start_soon(chain.run)
+        controllers.append(chain)
+    return controllers
 
 
 def _summary_reader(

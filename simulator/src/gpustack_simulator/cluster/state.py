@@ -33,6 +33,10 @@ INSTANCETYPES_CRD = (
     RECORDINGS_DIR.parent / "clusters" / "crds" / "instancetypes.worker.gpustack.ai.yaml"
 )
 """The InstanceType CRD (cluster-scoped): what an Instance's ``spec.type`` names."""
+INSTANCETYPEFLAVORS_CRD = (
+    RECORDINGS_DIR.parent / "clusters" / "crds" / "instancetypeflavors.worker.gpustack.ai.yaml"
+)
+"""The InstanceTypeFlavor CRD (cluster-scoped): the catalog the worker derives from the nodes."""
 
 
 class Clock(Protocol):
@@ -119,7 +123,7 @@ class ClusterState:
 
     def __post_init__(self) -> None:
         self.faults = list(self.expanded.faults)
-        for crd in (INSTANCE_CRD, DEVICES_CRD, INSTANCETYPES_CRD):
+        for crd in (INSTANCE_CRD, DEVICES_CRD, INSTANCETYPES_CRD, INSTANCETYPEFLAVORS_CRD):
             if crd.is_file():
                 # The chart's CRDs, so a written object is checked as a cluster checks it.
                 for resource in from_crd(yaml.safe_load(crd.read_text())):

@@ -147,6 +147,25 @@ def _worker_rules() -> tuple[Rule, ...]:
             resource_names=("gpustack-settings",),
         ),
         _rule([""], ["secrets"], ["create"], namespaces=(SYSTEM_NAMESPACE,)),
+        # The InstanceType chain (gpustack_worker.instancetypes): its informers, the types it
+        # authors and their status, the catalog, and the operator's own Kueue objects; one
+        # AdmissionCheck read by name (the chart's instancetypes.yaml).
+        _rule([API_GROUP], ["instancetypes"], ["create"]),
+        _rule([API_GROUP], ["instancetypes/status"], ["patch"]),
+        _rule([API_GROUP], ["instancetypeflavors"], ["list", "watch", "create", "patch", "delete"]),
+        _rule([""], ["namespaces"], ["list", "watch"]),
+        _rule(
+            ["kueue.x-k8s.io"],
+            ["resourceflavors", "clusterqueues"],
+            ["list", "watch", "create", "patch", "delete"],
+        ),
+        _rule(["kueue.x-k8s.io"], ["localqueues"], ["list", "watch", "create", "delete"]),
+        _rule(
+            ["kueue.x-k8s.io"],
+            ["admissionchecks"],
+            ["get"],
+            resource_names=("gpustack-node-devices",),
+        ),
         _rule(
             [""],
             ["configmaps"],
