@@ -131,6 +131,9 @@ def _worker_rules() -> tuple[Rule, ...]:
         _rule(["kueue.x-k8s.io"], ["workloads", "resourceflavors"], ["list", "watch"]),
         _rule(["kueue.x-k8s.io"], ["workloads/status"], ["patch"]),
         _rule([""], ["nodes"], ["patch"]),
+        # Where Kueue runs: a Pod is queued only where its LocalQueue exists, and its Workload
+        # says why it waits (gpustack_worker.instances.kueue).
+        _rule(["kueue.x-k8s.io"], ["localqueues", "workloads"], ["list", "watch"]),
         _rule(
             ["coordination.k8s.io"],
             ["leases"],

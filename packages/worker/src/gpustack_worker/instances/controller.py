@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
@@ -44,12 +44,14 @@ from gpustack_kube.paths import (
 )
 from gpustack_kube.workqueue import ShutDown, WorkQueue
 from gpustack_worker.held import TEMPLATE_HASH, held_pod, node_informer
+from gpustack_worker.instances.kueue import KueueView, Waiting, waiting
 from gpustack_worker.instances.render import (
     HOSTNAME_LABEL,
     INSTANCES_TYPE,
     ISOLATION_POLICY,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    QUEUE_LABEL,
     TYPE_LABEL,
     Overcommit,
     PodInputs,
@@ -76,6 +78,11 @@ POD_CREATED: Final = "PodCreated"
 SERVICE_CREATED: Final = "ServiceCreated"
 """The conditions that say whether the API server took the Pod and the Service the controller
 rendered: ``False`` with the server's reason and message when it refused one."""
+ADMITTED: Final = "Admitted"
+"""Whether Kueue admitted the Pod from its queue: ``False`` with why it waits (``Pending`` on
+quota, an admission check's state), ``True`` once admitted; absent when the Pod is not queued."""
+KUEUE_UNDECIDED_RECHECK: Final = 2.0
+"""Seconds before looking again at a queued type's Instance while Kueue's presence is unknown."""
 
 
 @dataclass(frozen=True)
@@ -117,9 +124,14 @@ class ControllerOptions:
 
 
 def _template_hash(pod: Mapping[str, Any]) -> str:
-    canonical = json.dumps(
-        {"labels": pod["metadata"].get("labels"), "spec": pod["spec"]}, sort_keys=True
-    )
+    """The digest a rendered Pod is compared by: a differing one replaces the Pod.
+
+    Kueue's queue label is left out: whether a LocalQueue serves the Pod is decided when it is
+    created, and a queue appearing later (Kueue installed, a namespace's queue written after
+    the Instance) must not restart Instances that already run; their next start queues them.
+    """
+    labels = {k: v for k, v in (pod["metadata"].get("labels") or {}).items() if k != QUEUE_LABEL}
+    canonical = json.dumps({"labels": labels, "spec": pod["spec"]}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -202,6 +214,7 @@ class InstanceController:
         self.nodes: Informer[dict[str, Any]] = nodes or node_informer(client)
         self._owns_settings = settings is None
         self.operator_settings = settings or OperatorSettings(client, self.options.system_namespace)
+        self.kueue = KueueView(client, self._kueue_changed)
         self.runtime_classes: set[str] = set()
         self.elector = LeaderElector(
             client,
@@ -256,6 +269,15 @@ class InstanceController:
         """The operator Settings in force now."""
         return self.operator_settings.current
 
+    def _kueue_changed(self, key: str) -> None:
+        """Kueue told of ``key``: one Instance, a namespace's (a LocalQueue), or all (``""``)."""
+        if "/" in key:
+            self.queue.add(key)
+            return
+        found = self.instances.by_index("namespace", key) if key else self.instances.objects()
+        for instance in found:
+            self.queue.add(f"{instance.metadata.namespace}/{instance.metadata.name}")
+
     def _settings_changed(self) -> None:
         """A Setting changed: every Instance and isolation policy is looked at again."""
         for instance in self.instances.objects():
@@ -275,6 +297,7 @@ class InstanceController:
                 nursery.start_soon(self.operator_settings.run)
             for informer in self._informers():
                 await nursery.start(informer.run)
+            await nursery.start(self.kueue.run)
             while not self.nodes.synced:  # a shared one, run by its owner
                 await self.nodes.wait_changed()
             await self._read_runtime_classes()
@@ -380,6 +403,11 @@ class InstanceController:
         if unavailable is not None and not instance.spec.stop:
             await self._stop(instance, unavailable)
             return None
+        if inputs.queue is not None and self.kueue.served is None:
+            return KUEUE_UNDECIDED_RECHECK  # queue or not: not yet known, so no Pod yet
+        inputs = replace(
+            inputs, queue=self.kueue.queue(meta.namespace, inputs.queue or "", meta.name)
+        )
         refused: list[Refusal] = []
         if not instance.spec.stop:
             # Ports edited while stopped apply when the Instance starts again (gpu-instances.md):
@@ -420,7 +448,7 @@ class InstanceController:
             if why is not None:
                 return PodInputs(), why
             manufacturer = found.spec.manufacturer or None
-            queue = found.queue or None
+            queue = found.queue or None  # where Kueue serves it: decided by the caller
         hostname = None
         if instance.spec.node_name:
             node = self.nodes.get("", instance.spec.node_name)
@@ -441,9 +469,26 @@ class InstanceController:
         )
 
     async def _stop(self, instance: Instance, why: str) -> None:
-        """The reference's answer to a type that is gone or inactive: stop, and say why."""
-        path = INSTANCES.path(instance.metadata.namespace, instance.metadata.name)
-        await self.client.patch(path, {"spec": {"stop": True}})
+        """The reference's answer to a type that is gone, deleting or inactive: stop, say why.
+
+        ``spec.stop: true`` is the operator's write (walkthrough §4: "a drained Instance
+        carries operator-set spec.stop: true"); the Instance then goes ``Stopped`` as any
+        stopped one does, and re-pointing ``spec.type`` and clearing the stop starts it again.
+        The patch is conditional on the version decided on: a user who re-pointed the type
+        meanwhile is not stopped for the type they left (409: looked at again).
+        """
+        meta = instance.metadata
+        path = INSTANCES.path(meta.namespace, meta.name)
+        body: dict[str, Any] = {"spec": {"stop": True}}
+        if meta.resource_version:
+            body["metadata"] = {"resourceVersion": meta.resource_version}
+        try:
+            await self.client.patch(path, body)
+        except Conflict:
+            self.queue.add(f"{meta.namespace}/{meta.name}")
+            return
+        except NotFound:
+            return
         self.writes.append(("patch", f"instance {path} stop"))
         self._event(instance, "Warning", "TypeUnavailable", f"{why}: stopping the Instance")
 
@@ -546,9 +591,10 @@ class InstanceController:
     ) -> None:
         node_name = (pod or {}).get("spec", {}).get("nodeName") or ""
         node = self.nodes.get("", node_name) if node_name else None
-        status = derive_status(instance, pod, service, node)
+        admission = self._admission(instance, pod)
+        status = derive_status(instance, pod, service, node, queued=admission.waiting)
         refused = refused or []
-        conditions = _conditions(instance, status, service, refused)
+        conditions = _conditions(instance, status, service, refused, admission)
         status = msgspec.structs.replace(status, conditions=conditions)
         pod_refused = [r for r in refused if r.condition == POD_CREATED]
         if pod_refused or refused:
@@ -567,6 +613,22 @@ class InstanceController:
         except NotFound:
             return
         self.writes.append(("patch", f"status {meta.namespace}/{meta.name} {status.phase}"))
+
+    def _admission(self, instance: Instance, pod: Mapping[str, Any] | None) -> Admission:
+        """Whether the Instance's Pod is in a Kueue queue and, if so, why it still waits.
+
+        A Pod Kueue placed on a node was admitted (its gate is lifted only then); one still
+        unscheduled waits for what its Workload says.
+        """
+        if pod is None or not belongs_to(instance, pod) or instance.spec.stop:
+            return Admission()
+        queue = _labels(pod).get(QUEUE_LABEL)
+        if not queue:
+            return Admission()
+        if pod.get("spec", {}).get("nodeName"):
+            return Admission(queue=queue)
+        uid = str(pod.get("metadata", {}).get("uid") or "")
+        return Admission(queue=queue, waiting=waiting(self.kueue.workload(uid), queue))
 
     async def _reconcile_isolation(self, namespace: str) -> None:
         """One policy per namespace holding an Instance; only the operator's own is touched."""
@@ -687,6 +749,14 @@ class InstanceController:
         }
 
 
+@dataclass(frozen=True)
+class Admission:
+    """The Pod's place in Kueue: its LocalQueue (``""``: not queued) and why it waits."""
+
+    queue: str = ""
+    waiting: Waiting | None = None
+
+
 @dataclass
 class Told:
     """One Event to post, or posted (``name``) and counted again."""
@@ -713,13 +783,16 @@ def _conditions(
     status: InstanceStatus,
     service: Mapping[str, Any] | None,
     refused: list[Refusal],
+    admission: Admission | None = None,
 ) -> tuple[Condition, ...]:
-    """``PodCreated`` and ``ServiceCreated`` as this reconcile found them; others kept.
+    """``PodCreated``, ``ServiceCreated`` and ``Admitted`` as this reconcile found them.
 
     ``False`` with the server's reason when it refused the object now; ``True`` once the
     object exists; absent when none is wanted (stopped: no Pod; no ports: no Service); left as
-    it was while neither is known (the Pod about to be created). A condition whose status does
-    not change keeps its ``lastTransitionTime``.
+    it was while neither is known (the Pod about to be created). ``Admitted`` is Kueue's
+    verdict on a queued Pod: ``False`` with why it waits, ``True`` once admitted, absent when
+    the Pod is in no queue. A condition whose status does not change keeps its
+    ``lastTransitionTime``; any other condition is kept as it is.
     """
     kept = {c.type: c for c in instance.status.conditions}
     decided: dict[str, tuple[Literal["True", "False"], str, str] | None] = {}
@@ -737,6 +810,12 @@ def _conditions(
             decided[SERVICE_CREATED] = (
                 "True", "Created", f"created Service {instance.metadata.name}",
             )  # fmt: skip
+    if admission is not None and not admission.queue:
+        decided[ADMITTED] = None
+    elif admission is not None and admission.waiting is not None:
+        decided[ADMITTED] = ("False", admission.waiting.reason, admission.waiting.message)
+    elif admission is not None:
+        decided[ADMITTED] = ("True", "Admitted", f"admitted from LocalQueue {admission.queue}")
     for kind, verdict in decided.items():
         if verdict is None:
             kept.pop(kind, None)

@@ -22,6 +22,7 @@ from gpustack_core.instance import (
     StatusPort,
 )
 from gpustack_core.modes import AllocationMode
+from gpustack_worker.instances.kueue import Waiting
 from gpustack_worker.instances.render import MAIN, belongs_to
 
 
@@ -42,8 +43,15 @@ def _waiting(pod: Mapping[str, Any]) -> str:
     return ""
 
 
-def phase_of(instance: Instance, pod: Mapping[str, Any] | None) -> tuple[Phase, str]:
-    """``(phase, phaseMessage)`` by the reference's five phases."""
+def phase_of(
+    instance: Instance, pod: Mapping[str, Any] | None, queued: Waiting | None = None
+) -> tuple[Phase, str]:
+    """``(phase, phaseMessage)`` by the reference's five phases.
+
+    ``queued``: why Kueue still holds the Pod (it is in a queue, not yet admitted); an
+    unscheduled Pod then says that (``Pending: couldn't assign flavors…``) rather than only
+    that it waits to be scheduled.
+    """
     if instance.metadata.deletion_timestamp:
         return "Deleting", "the Instance is being deleted"
     owned = belongs_to(instance, pod)
@@ -62,7 +70,7 @@ def phase_of(instance: Instance, pod: Mapping[str, Any] | None) -> tuple[Phase, 
     if _ready(pod):
         return "Ready", ""
     if not pod.get("spec", {}).get("nodeName"):
-        return "Starting", "waiting to be scheduled"
+        return "Starting", str(queued) if queued is not None else "waiting to be scheduled"
     return "Starting", _waiting(pod) or "waiting for the Pod to become ready"
 
 
@@ -132,9 +140,14 @@ def derive_status(
     pod: Mapping[str, Any] | None,
     service: Mapping[str, Any] | None,
     node: Mapping[str, Any] | None,
+    *,
+    queued: Waiting | None = None,
 ) -> InstanceStatus:
-    """The whole status, from the Instance and the objects it owns (and its Pod's Node)."""
-    phase, message = phase_of(instance, pod)
+    """The whole status, from the Instance and the objects it owns (and its Pod's Node).
+
+    ``queued``: why Kueue still holds the Pod, if it does (:func:`phase_of`).
+    """
+    phase, message = phase_of(instance, pod, queued)
     owned = (
         pod if phase in {"Ready", "Starting", "Stopping"} and belongs_to(instance, pod) else None
     )
