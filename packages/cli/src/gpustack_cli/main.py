@@ -166,6 +166,15 @@ def worker(
             )
         ),
     ] = True,
+    node_devices_check: Annotated[
+        bool,
+        typer.Option(
+            help=(
+                "Answer Kueue's gpustack-node-devices AdmissionCheck from the Devices ledgers and"
+                " keep the Nodes' per-card fit labels (leader-elected among replicas)."
+            )
+        ),
+    ] = True,
     instance_types: Annotated[
         bool,
         typer.Option(
@@ -218,6 +227,7 @@ def worker(
         node_features=node_features,
         node_capacity=node_capacity,
         instance_controller=instance_controller,
+        node_devices_check=node_devices_check,
         instance_types=instance_types,
         kubelet=_kubelet(
             kubelet_access, kubelet_port, kubelet_certificate_authority, kubelet_insecure_tls

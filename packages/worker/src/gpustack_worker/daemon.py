@@ -35,6 +35,8 @@ from gpustack_serving.certs import CertReloader, serving_hosts, serving_pair
 from gpustack_serving.config import hypercorn_config
 from gpustack_serving.connections import bind
 from gpustack_serving.signals import serve_until_signalled as until_signalled
+from gpustack_worker.admissioncheck.controller import CheckOptions, NodeDevicesCheck
+from gpustack_worker.admissioncheck.fitlabels import run_fit_labels
 from gpustack_worker.api import Surface, build_app
 from gpustack_worker.authn import (
     AuthenticationSettings,
@@ -109,6 +111,10 @@ class WorkerOptions:
     """Derive and report the InstanceType chain (instancetypes/controller.py: ResourceFlavors,
     InstanceTypes, ClusterQueues, LocalQueues, the catalog), leader-elected on a Lease of its
     own. Off here so an embedding opts in; the CLI turns it on."""
+    node_devices_check: bool = False
+    """Answer the gpustack-node-devices AdmissionCheck and keep the Nodes' per-card fit labels
+    (admissioncheck/), leader-elected on a Lease of its own; the Pod webhook pins slices to the
+    labels only then. Off here so an embedding opts in; the CLI turns it on."""
     identity: str = field(
         default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname()
     )
@@ -328,6 +334,7 @@ async def serve(
                 authorizer=Authorizer(client.post, nursery=nursery),
                 ready=lambda: None,
                 settings=lambda: operator_settings.current,
+                fit_labels=options.node_devices_check,
             )
             app = build_app(surface)
             controllers = _start_tasks(
@@ -399,18 +406,19 @@ def _start_tasks(
     settings: Callable[[], Awaitable[None]],
     views: Views,
     operator_settings: OperatorSettings,
-) -> list[InstanceController | InstanceTypeController]:
+) -> list[InstanceController | InstanceTypeController | NodeDevicesCheck]:
     """The worker's background loops: settings, NodeFeatures, node capacity, the controllers."""
     nursery.start_soon(settings)
     if options.settle_heap:
         nursery.start_soon(_settle_heap, views)
     nodes = None
-    controllers: list[InstanceController | InstanceTypeController] = []
+    controllers: list[InstanceController | InstanceTypeController | NodeDevicesCheck] = []
     if (
         options.node_features
         or options.node_capacity
         or options.instance_controller
         or options.instance_types
+        or options.node_devices_check
     ):
         # One view of the Nodes for the loops that follow them, held as they read it.
         nodes = node_informer(client)
@@ -443,6 +451,15 @@ def _start_tasks(
         )
         nursery.start_soon(chain.run)
         controllers.append(chain)
+    if options.node_devices_check:
+        nursery.start_soon(partial(run_fit_labels, client, nodes=nodes))
+        check = NodeDevicesCheck(
+            client,
+            CheckOptions(system_namespace=options.system_namespace, identity=options.identity),
+            nodes=nodes,
+        )
+        nursery.start_soon(check.run)
+        controllers.append(check)
     return controllers
 
 
