@@ -58,8 +58,8 @@ from gpustack_kube.paths import (
     join,
 )
 from gpustack_kube.workqueue import ShutDown, WorkQueue
-from gpustack_worker.admissioncheck.fitlabels import node_devices
 from gpustack_worker.held import node_informer
+from gpustack_worker.instancetypes.observed import node_devices
 
 log = logging.getLogger("gpustack.worker.admissioncheck")
 

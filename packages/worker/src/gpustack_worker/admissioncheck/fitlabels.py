@@ -21,27 +21,18 @@ from typing import Any
 
 import trio
 
-from gpustack_core.decoding import ContractError, convert
-from gpustack_core.devices import DevicesSpec, DevicesStatus
+from gpustack_core.decoding import ContractError
 from gpustack_core.fit import fit_labels, is_fit_label
-from gpustack_core.views import NodeDevices
 from gpustack_kube.backoff import Backoff
 from gpustack_kube.client import KubeClient, KubeError, NotFound, PatchType
 from gpustack_kube.informer import Informer
 from gpustack_kube.paths import DEVICES, NODES
 from gpustack_worker.held import node_informer
+from gpustack_worker.instancetypes.observed import node_devices
 
 log = logging.getLogger("gpustack.worker.fitlabels")
 
 RETRY = Backoff(initial=1.0, maximum=30.0)
-
-
-def node_devices(obj: Mapping[str, Any]) -> NodeDevices:
-    """A ``Devices`` object as the fit reads it; ``ContractError`` names the node and field."""
-    name = str((obj.get("metadata") or {}).get("name", "?"))
-    spec = convert(obj.get("spec") or {}, DevicesSpec, what=f"Devices {name} spec")
-    status = convert(obj.get("status") or {}, DevicesStatus, what=f"Devices {name} status")
-    return NodeDevices(node=name, groups=spec.groups, ledger=status.groups)
 
 
 def labels_patch(node: Mapping[str, Any], wanted: Mapping[str, str]) -> dict[str, Any] | None:
