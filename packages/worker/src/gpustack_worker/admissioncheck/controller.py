@@ -112,8 +112,6 @@ class NodeDevicesCheck:
         self.checks: Informer[dict[str, Any]] = Informer(client, ADMISSION_CHECKS.path())
         self.workloads: Informer[dict[str, Any]] = Informer(client, WORKLOADS.path())
         self.flavors: Informer[dict[str, Any]] = Informer(client, RESOURCE_FLAVORS.path())
-        self.devices: Informer[dict[str, Any]] = Informer(client, DEVICES.path())
-        """Followed only to wake waiting Workloads when a ledger changes; answers read uncached."""
         self._owns_nodes = nodes is None
         self.nodes: Informer[dict[str, Any]] = nodes or node_informer(client)
         self.elector = LeaderElector(
@@ -140,7 +138,7 @@ class NodeDevicesCheck:
     def _wire(self) -> None:
         self.workloads.add_handler(self._workload_changed)
         self.checks.add_handler(lambda _key: self._everything_changed(check=True))
-        for informer in (self.flavors, self.devices, self.nodes):
+        for informer in (self.flavors, self.nodes):
             informer.add_handler(lambda _key: self._everything_changed())
 
     def _workload_changed(self, key: Key) -> None:
@@ -150,7 +148,12 @@ class NodeDevicesCheck:
         self.queue.add(f"{key[0]}/{key[1]}")
 
     def _everything_changed(self, *, check: bool = False) -> None:
-        """A check, flavor, ledger or node moved: every waiting Workload is looked at again."""
+        """A check, flavor or node moved: every Workload waiting on the check is looked at again.
+
+        A ledger is not followed: an entry is answered as soon as it is ``Pending``, from the
+        ledgers read then, and Kueue makes it ``Pending`` again (a Workload change) when it
+        queues a Workload anew after a ``Retry``.
+        """
         if check:
             self.queue.add(CHECK_KEY)
         names = self.check_names()
@@ -168,7 +171,7 @@ class NodeDevicesCheck:
 
     def _informers(self) -> Iterable[Informer[dict[str, Any]]]:
         nodes = (self.nodes,) if self._owns_nodes else ()
-        return (self.checks, self.flavors, self.devices, *nodes, self.workloads)
+        return (self.checks, self.flavors, *nodes, self.workloads)
 
     async def run(self) -> None:
         """Wait for Kueue's API; then informers always, the workers only while leading."""
