@@ -1,0 +1,188 @@
+"""Custom InstanceTypes through real kubectl on the real control plane (with real Kueue).
+
+Run by ``./dev e2e-real`` (``GPUSTACK_E2E_CONTROL_PLANE=real``); against the stand-in every test
+skips (``tests/integration/test_instancetype_lifecycle.py`` holds the same behaviour there).
+The real kube-apiserver calls the worker's InstanceType webhooks and words their refusals; the
+real Kueue, where it holds an Instance's Pod, writes the Workload whose reason the Instance
+shows. Expected texts are the walkthrough's and kube-apiserver's wording of a webhook denial.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from typing import Any
+
+import pytest
+from e2e_helpers import create, eventually, kubectl_json
+from e2e_system import CONTROL_PLANE, System
+
+pytestmark = [
+    pytest.mark.skipif(
+        CONTROL_PLANE != "real",
+        reason="runs against the real control plane only (./dev e2e-real)",
+    ),
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl here"),
+]
+
+NS = "team-ops"
+INSTANCES = "instances.v1alpha1.worker.gpustack.ai"
+TYPES = "instancetypes.v1alpha1.worker.gpustack.ai"
+IMMUTABLE = (
+    "field is immutable after creation (only displayName and inactive may change): to re-size "
+    "or re-point a pool, delete the InstanceType and create it again"
+)
+
+
+def cpu_type(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "worker.gpustack.ai/v1alpha1",
+        "kind": "InstanceType",
+        "metadata": {"name": name},
+        "spec": {"acceleratable": False, "os": "linux", "arch": "amd64",
+                 "unitResources": {"cpu": "1", "ram": "2Gi", "localStorage": "10Gi"}, **spec},
+    }  # fmt: skip
+
+
+def instance(name: str, type_name: str, **resources: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "worker.gpustack.ai/v1alpha1",
+        "kind": "Instance",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"type": type_name, "image": "ubuntu:24.04", "command": ["sleep", "infinity"],
+                 "resources": {"cpu": "1", "ram": "1Gi", **resources}},
+    }  # fmt: skip
+
+
+def phase(system: System, name: str, wanted: str) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        found: dict[str, Any] = kubectl_json(system, "get", INSTANCES, "-n", NS, name)
+        return found if found.get("status", {}).get("phase") == wanted else None
+
+    return eventually(probe, f"Instance {name} {wanted}", timeout=90)
+
+
+def started(system: System, name: str) -> dict[str, Any]:
+    """Its Pod created: ``Ready``, or ``Starting`` while Kueue holds it in the type's queue.
+
+    Whether the chain's ClusterQueue admits it is the chain's business, not this test's: the
+    lifecycle here is the Instance controller's.
+    """
+
+    def probe() -> dict[str, Any] | None:
+        found: dict[str, Any] = kubectl_json(system, "get", INSTANCES, "-n", NS, name)
+        status = found.get("status", {})
+        return found if status.get("podName") == name else None
+
+    return eventually(probe, f"Instance {name}'s Pod created", timeout=90)
+
+
+def patch(system: System, kind: str, name: str, body: dict[str, Any], *ns: str) -> Any:
+    return system.kubectl("patch", kind, *ns, name, "--type=merge", "-p", json.dumps(body))
+
+
+def test_a_wrong_type_is_refused_by_the_webhook_in_kube_apiservers_words(system: System) -> None:
+    made = create(system, cpu_type("e2e-bad", acceleratable=True))
+    assert made.returncode != 0
+    # A 422 with causes: kubectl prints the causes after "The request is invalid".
+    assert made.stderr.startswith("The request is invalid: ")
+    assert (
+        "spec.acceleratorGroup: Required value: an acceleratable InstanceType names its "
+        "accelerator key" in made.stderr
+    )
+    assert system.kubectl("get", TYPES, "e2e-bad").returncode != 0
+
+
+def test_a_type_is_stamped_and_only_its_display_name_and_inactive_change(system: System) -> None:
+    made = create(system, cpu_type("e2e-stamped"))
+    assert made.returncode == 0, made.stderr
+    stored = kubectl_json(system, "get", TYPES, "e2e-stamped")
+    labels = stored["metadata"]["labels"]
+    assert labels["feature.gpustack.ai/acceleratable"] == "false"
+    assert labels["kubernetes.io/os"] == "linux"
+    assert labels["schedule.gpustack.ai/queue-entrance"].startswith("gpustack-fnv64-")
+    assert stored["spec"]["generalGroup"] == "generic"
+    resized = patch(system, TYPES, "e2e-stamped", {"spec": {"unitResources": {"cpu": "4"}}})
+    assert resized.returncode != 0
+    assert f"spec.unitResources: Forbidden: {IMMUTABLE}" in resized.stderr
+    renamed = patch(system, TYPES, "e2e-stamped", {"spec": {"displayName": "small CPU"}})
+    assert renamed.returncode == 0, renamed.stderr
+    assert system.kubectl("delete", TYPES, "e2e-stamped").returncode == 0
+
+
+def test_deleting_the_type_stops_the_instance_and_repointing_starts_it(system: System) -> None:
+    """The walkthrough's §4 end (``Stopped``, operator-set ``spec.stop``) and §5's end."""
+    for name in ("e2e-old", "e2e-new"):
+        made = create(system, cpu_type(name))
+        assert made.returncode == 0, made.stderr
+    made = create(system, instance("e2e-life", "e2e-old"))
+    assert made.returncode == 0, made.stderr
+    started(system, "e2e-life")
+    done = system.kubectl("delete", TYPES, "e2e-old")
+    assert done.returncode == 0, done.stderr
+    stopped = phase(system, "e2e-life", "Stopped")
+    assert stopped["spec"]["stop"] is True
+    done = system.kubectl("-n", NS, "get", INSTANCES, "e2e-life", "-o", "jsonpath={.status.phase}")
+    assert done.stdout == "Stopped"
+    repointed = patch(system, INSTANCES, "e2e-life",
+                      {"spec": {"type": "e2e-new", "stop": False}}, "-n", NS)  # fmt: skip
+    assert repointed.returncode == 0, repointed.stderr
+    again = started(system, "e2e-life")
+    assert (again["spec"]["type"], again["spec"]["stop"]) == ("e2e-new", False)
+    assert again["status"]["phase"] in {"Starting", "Ready"}
+    system.kubectl("delete", INSTANCES, "-n", NS, "e2e-life", "--wait=false")
+    system.kubectl("delete", TYPES, "e2e-new")
+
+
+def test_an_inactive_type_stops_its_instance(system: System) -> None:
+    made = create(system, cpu_type("e2e-off"))
+    assert made.returncode == 0, made.stderr
+    made = create(system, instance("e2e-off-1", "e2e-off"))
+    assert made.returncode == 0, made.stderr
+    started(system, "e2e-off-1")
+    done = patch(system, TYPES, "e2e-off", {"spec": {"inactive": True}})
+    assert done.returncode == 0, done.stderr
+    assert phase(system, "e2e-off-1", "Stopped")["spec"]["stop"] is True
+    system.kubectl("delete", INSTANCES, "-n", NS, "e2e-off-1", "--wait=false")
+    system.kubectl("delete", TYPES, "e2e-off")
+
+
+def test_an_instance_kueue_cannot_admit_says_pending_in_kueues_words(system: System) -> None:
+    """More cores than the type's ClusterQueue holds: real Kueue keeps the Pod gated and the
+    Instance shows its Workload's reason. Needs the chain's LocalQueue for the type (the
+    InstanceType controller writes one per namespace); without it the Pod is not queued."""
+    made = create(system, cpu_type("e2e-tight"))
+    assert made.returncode == 0, made.stderr
+    entrance = kubectl_json(system, "get", TYPES, "e2e-tight")["metadata"]["labels"][
+        "schedule.gpustack.ai/queue-entrance"
+    ]
+
+    def queue() -> bool | None:
+        return (
+            True
+            if system.kubectl("get", "localqueue", "-n", NS, entrance).returncode == 0
+            else None
+        )
+
+    try:
+        eventually(queue, f"LocalQueue {entrance} in {NS}", timeout=30)
+    except pytest.fail.Exception:
+        system.kubectl("delete", TYPES, "e2e-tight")
+        pytest.skip(f"no LocalQueue {entrance} in {NS}: the InstanceType chain is not deriving")
+    made = create(system, instance("e2e-tight-1", "e2e-tight", cpu="60000"))
+    assert made.returncode == 0, made.stderr
+
+    def says() -> dict[str, Any] | None:
+        found: dict[str, Any] = kubectl_json(system, "get", INSTANCES, "-n", NS, "e2e-tight-1")
+        message = found.get("status", {}).get("phaseMessage", "")
+        return found if message.startswith("Pending: couldn't assign flavors") else None
+
+    found = eventually(says, "the Instance showing its Workload's Pending reason", timeout=90)
+    assert found["status"]["phase"] == "Starting"
+    admitted = {c["type"]: c for c in found["status"]["conditions"]}["Admitted"]
+    assert (admitted["status"], admitted["reason"]) == ("False", "Pending")
+    pod = kubectl_json(system, "get", "pod", "-n", NS, "e2e-tight-1")
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == entrance
+    assert "kueue.x-k8s.io/admission" in {g["name"] for g in pod["spec"]["schedulingGates"]}
+    system.kubectl("delete", INSTANCES, "-n", NS, "e2e-tight-1", "--wait=false")
+    system.kubectl("delete", TYPES, "e2e-tight")
