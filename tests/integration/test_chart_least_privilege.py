@@ -324,6 +324,7 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
         while ("update", "nodefeatures", "") not in asked("worker"):
             await trio.sleep(0.2)
     await _exercise_instance_controller(stack, asked)
+    await _exercise_node_devices_check(stack, asked)
     await _exercise_device_plugin(stack, asked)
     await _exercise_refused_pod(stack, asked)
 
@@ -462,11 +463,51 @@ async def _exercise_instance_controller(
             nursery.cancel_scope.cancel()
 
 
+async def _exercise_node_devices_check(
+    stack: WorkerStack, asked: Callable[[str], set[tuple[str, str, str]]]
+) -> None:
+    """The node-devices check: its AdmissionCheck and Active condition, the fit labels on the
+    Nodes, and a Workload's entry answered (Kueue's part played by admin: the Workload written
+    with its quota reserved and the check Pending; nothing fits, so Retry and its Event)."""
+    config = load_config(stack.cluster.kubeconfig, context="admin")
+    assert config is not None
+
+    async def until(*needed: tuple[str, str, str]) -> None:
+        with trio.fail_after(30):
+            while not set(needed) <= asked("worker"):
+                await trio.sleep(0.1)
+
+    await until(("create", "admissionchecks", ""), ("patch", "admissionchecks", "status"),
+                ("watch", "workloads", ""), ("watch", "resourceflavors", ""),
+                ("patch", "nodes", ""))  # fmt: skip
+    limits = {"nvidia.com/gpu": "64"}  # more whole cards than any node has
+    workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                "metadata": {"name": "lp-workload", "namespace": "team-a"},
+                "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 1, "template": {
+                    "spec": {"containers": [{"name": "main", "image": "busybox",
+                                             "resources": {"limits": limits}}]}}}]}}  # fmt: skip
+    status = {"conditions": [{"type": "QuotaReserved", "status": "True", "reason": "x",
+                              "message": "", "lastTransitionTime": "2026-12-03T17:00:00Z"}],
+              "admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "main"}]},
+              "admissionChecks": [{"name": "gpustack-node-devices", "state": "Pending",
+                                   "message": "",
+                                   "lastTransitionTime": "2026-12-03T17:00:00Z"}]}  # fmt: skip
+    path = "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/workloads"
+    async with KubeClient(config) as admin:
+        made = await admin.create(path, workload)
+        await admin.update(f"{path}/lp-workload/status", {**made, "status": status})
+    await until(("patch", "workloads", "status"))
+
+
 async def test_the_charts_rbac_grants_exactly_what_the_daemons_call(
     tmp_path: Path, recorded: list[Request]
 ) -> None:
     async with open_worker_stack(
-        "nvidia-mixed", tmp_path, instance_controller=True, device_plugins=True
+        "nvidia-mixed",
+        tmp_path,
+        instance_controller=True,
+        device_plugins=True,
+        node_devices_check=True,
     ) as stack:
         await _exercise(stack, recorded)
     daemons = [r for r in recorded if r.user in ACCOUNTS]

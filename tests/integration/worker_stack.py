@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import standin_kueue_crds
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
@@ -29,6 +30,7 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from gpustack_kube.certs import self_signed
+from gpustack_kube.client import KubeClient
 from gpustack_kube.config import load_config
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.fakekubelet import FakeKubelet
@@ -233,13 +235,20 @@ async def _stop_all(started: list[DeviceManagerProcess]) -> None:
 
 @asynccontextmanager
 async def open_worker_stack(
-    scenario: str, tmp: Path, *, instance_controller: bool = False, device_plugins: bool = False
+    scenario: str,
+    tmp: Path,
+    *,
+    instance_controller: bool = False,
+    device_plugins: bool = False,
+    node_devices_check: bool = False,
 ) -> AsyncIterator[WorkerStack]:
     """Stand-in + Device Manager processes + the worker, the aggregator pointed at it.
 
     With ``instance_controller`` the worker reconciles Instances too; the InstanceTypes the
     scenario's Instances name are created first, as an administrator would have (a missing
-    type would stop them).
+    type would stop them). With ``node_devices_check`` it answers the node-devices
+    AdmissionCheck and writes the fit labels, Kueue's CRDs installed first as storage-only
+    stand-in copies (``standin_kueue_crds``).
     """
     async with (
         cluster_standin(scenario, tmp / "cluster") as cluster,
@@ -255,8 +264,16 @@ async def open_worker_stack(
                     "metadata": {"name": name},
                     "spec": {"acceleratable": True, "manufacturer": "nvidia"},
                 })  # fmt: skip
+        if node_devices_check:
+            admin = load_config(cluster.kubeconfig, context="admin")
+            assert admin is not None
+            async with KubeClient(admin) as client:
+                await standin_kueue_crds.install(client)
         options = WorkerOptions(
-            secure_port=0, bind_address="127.0.0.1", instance_controller=instance_controller
+            secure_port=0,
+            bind_address="127.0.0.1",
+            instance_controller=instance_controller,
+            node_devices_check=node_devices_check,
         )
         running: Running = await nursery.start(
             lambda task_status: serve(options, kube=kube, task_status=task_status)
