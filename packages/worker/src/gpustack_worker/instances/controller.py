@@ -403,11 +403,10 @@ class InstanceController:
         if unavailable is not None and not instance.spec.stop:
             await self._stop(instance, unavailable)
             return None
-        if inputs.queue is not None and self.kueue.served is None:
+        queued = self._queued(instance, inputs)
+        if queued is None:
             return KUEUE_UNDECIDED_RECHECK  # queue or not: not yet known, so no Pod yet
-        inputs = replace(
-            inputs, queue=self.kueue.queue(meta.namespace, inputs.queue or "", meta.name)
-        )
+        inputs = queued
         refused: list[Refusal] = []
         if not instance.spec.stop:
             # Ports edited while stopped apply when the Instance starts again (gpu-instances.md):
@@ -467,6 +466,18 @@ class InstanceController:
             ),
             None,
         )
+
+    def _queued(self, instance: Instance, inputs: PodInputs) -> PodInputs | None:
+        """``inputs`` with the queue only where Kueue serves it; ``None`` while that is unknown.
+
+        A stopped Instance has no Pod to queue: its inputs are returned as they are.
+        """
+        if instance.spec.stop or inputs.queue is None:
+            return inputs
+        if self.kueue.served is None:
+            return None
+        meta = instance.metadata
+        return replace(inputs, queue=self.kueue.queue(meta.namespace, inputs.queue, meta.name))
 
     async def _stop(self, instance: Instance, why: str) -> None:
         """The reference's answer to a type that is gone, deleting or inactive: stop, say why.
