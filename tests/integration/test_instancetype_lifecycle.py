@@ -387,6 +387,30 @@ async def test_a_pod_is_queued_only_where_its_local_queue_exists(kueue_stack: St
     assert "kueue.x-k8s.io/queue-name" not in unqueued["metadata"]["labels"]
 
 
+async def test_a_new_pod_waits_for_a_local_queue_written_moments_later(
+    kueue_stack: Stack,
+) -> None:
+    """Where Kueue runs, a Pod is not created unqueued while its queue is still on its way
+    (the InstanceType controller writes it just after the type): it waits, then is queued."""
+    stack = kueue_stack
+    typed = await stack.create_type("cpu-a")
+    entrance = typed["metadata"]["labels"]["schedule.gpustack.ai/queue-entrance"]
+    await stack.create("early", "cpu-a")
+    await trio.sleep(2)
+    with pytest.raises(NotFound):
+        await stack.admin.get(f"/api/v1/namespaces/{NS}/pods/early")
+    await stack.admin.create(
+        f"{KUEUE}/namespaces/{NS}/localqueues", local_queue(NS, entrance, "cpu-a")
+    )
+
+    async def pod() -> dict[str, Any]:
+        found: dict[str, Any] = await stack.admin.get(f"/api/v1/namespaces/{NS}/pods/early")
+        return found
+
+    made = await eventually(pod, "the Pod, once its queue is there")
+    assert made["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == entrance
+
+
 async def test_the_instance_says_why_its_workload_waits(kueue_stack: Stack) -> None:
     """Pending on quota in Kueue's words, then the admission check's reason, then admitted.
 

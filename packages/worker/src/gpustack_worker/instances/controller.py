@@ -83,6 +83,8 @@ ADMITTED: Final = "Admitted"
 quota, an admission check's state), ``True`` once admitted; absent when the Pod is not queued."""
 KUEUE_UNDECIDED_RECHECK: Final = 2.0
 """Seconds before looking again at a queued type's Instance while Kueue's presence is unknown."""
+LOCAL_QUEUE_GRACE: Final = 10.0
+"""Seconds a new Pod waits for its type's LocalQueue where Kueue runs, before it runs without."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,8 @@ class InstanceController:
         self._owns_settings = settings is None
         self.operator_settings = settings or OperatorSettings(client, self.options.system_namespace)
         self.kueue = KueueView(client, self._kueue_changed)
+        self._queue_waits: dict[str, float] = {}
+        """Instance UID → when its new Pod began waiting for its LocalQueue."""
         self.runtime_classes: set[str] = set()
         self.elector = LeaderElector(
             client,
@@ -403,9 +407,10 @@ class InstanceController:
         if unavailable is not None and not instance.spec.stop:
             await self._stop(instance, unavailable)
             return None
-        queued = self._queued(instance, inputs)
-        if queued is None:
-            return KUEUE_UNDECIDED_RECHECK  # queue or not: not yet known, so no Pod yet
+        queued = self._queued(instance, inputs, has_pod=belongs_to(instance, pod))
+        if isinstance(queued, float):  # queue or not: not known yet, so no Pod yet
+            await self._write_status(instance, pod, service)
+            return queued
         inputs = queued
         refused: list[Refusal] = []
         if not instance.spec.stop:
@@ -467,17 +472,34 @@ class InstanceController:
             None,
         )
 
-    def _queued(self, instance: Instance, inputs: PodInputs) -> PodInputs | None:
-        """``inputs`` with the queue only where Kueue serves it; ``None`` while that is unknown.
+    def _queued(self, instance: Instance, inputs: PodInputs, *, has_pod: bool) -> PodInputs | float:
+        """``inputs`` with the queue only where Kueue serves it, or seconds to wait first.
 
-        A stopped Instance has no Pod to queue: its inputs are returned as they are.
+        While Kueue's presence is unknown, no Pod (its first look has not answered). Where Kueue
+        runs but the type's LocalQueue is not in the namespace yet, a new Pod waits up to
+        :data:`LOCAL_QUEUE_GRACE` for it — the InstanceType controller writes it moments after
+        the type or the namespace appears, and a Pod created meanwhile would run outside the
+        quota and the admission check — then runs unqueued, said once. A stopped Instance, or
+        one whose Pod exists (the label does not restart it), is not held.
         """
         if instance.spec.stop or inputs.queue is None:
             return inputs
         if self.kueue.served is None:
-            return None
+            return KUEUE_UNDECIDED_RECHECK
         meta = instance.metadata
-        return replace(inputs, queue=self.kueue.queue(meta.namespace, inputs.queue, meta.name))
+        if self.kueue.serves(meta.namespace, inputs.queue):
+            self._queue_waits.pop(meta.uid, None)
+            return inputs
+        if self.kueue.served and not has_pod:
+            now = trio.current_time()
+            if len(self._queue_waits) > 4096:
+                self._queue_waits.clear()
+            waited = now - self._queue_waits.setdefault(meta.uid, now)
+            if waited < LOCAL_QUEUE_GRACE:
+                return LOCAL_QUEUE_GRACE - waited  # the queue's arrival wakes it sooner
+        self._queue_waits.pop(meta.uid, None)
+        self.kueue.unqueued(meta.namespace, inputs.queue, meta.name)
+        return replace(inputs, queue=None)
 
     async def _stop(self, instance: Instance, why: str) -> None:
         """The reference's answer to a type that is gone, deleting or inactive: stop, say why.

@@ -6,7 +6,8 @@ Workload is admitted (quota reserved in the ClusterQueue, every admission check 
 Kueue is not a requirement: a cluster without it still runs Instances, unqueued. So the label
 goes only where Kueue serves that LocalQueue in the Instance's namespace — a label naming a
 queue nothing serves would leave the Pod gated for ever (Kueue present) or mean nothing
-(absent) — and the worker says once which it is.
+(absent) — and the worker says once which it is. (Where Kueue runs, the controller lets a new
+Pod wait a few seconds for a queue still on its way: ``controller.LOCAL_QUEUE_GRACE``.)
 
 While the Pod waits, the Instance's status says why, from the Workload Kueue made for the Pod
 (``kueue.x-k8s.io/v1beta2`` ``workloads`` in the Pod's namespace, its controller reference
@@ -229,23 +230,20 @@ class KueueView:
             if not started:
                 task_status.started()
 
-    def queue(self, namespace: str, name: str, instance: str) -> str | None:
-        """``name`` when Kueue serves that LocalQueue in ``namespace`` now, else ``None``.
+    def serves(self, namespace: str, name: str) -> bool:
+        """Whether Kueue serves the LocalQueue ``name`` in ``namespace`` now."""
+        return bool(self.served and name and self.local_queues.get(namespace, name) is not None)
 
-        Said once per queue and namespace (``instance``: the first Instance it concerned).
-        """
-        if not name:
-            return None
-        if self.served and self.local_queues.get(namespace, name) is not None:
-            return name
-        if self.served and (namespace, name) not in self._said:
-            self._said.add((namespace, name))
-            log.warning(
-                "Kueue serves no LocalQueue %s in namespace %s: Instance %s/%s (and any other "
-                "of that type there) runs without its queue until one appears",
-                name, namespace, namespace, instance,
-            )  # fmt: skip
-        return None
+    def unqueued(self, namespace: str, name: str, instance: str) -> None:
+        """Say, once per queue and namespace, that an Instance there runs without its queue."""
+        if not self.served or (namespace, name) in self._said:
+            return
+        self._said.add((namespace, name))
+        log.warning(
+            "Kueue serves no LocalQueue %s in namespace %s: Instance %s/%s (and any other of "
+            "that type there) runs without its queue",
+            name, namespace, namespace, instance,
+        )  # fmt: skip
 
     def workload(self, pod_uid: str) -> Mapping[str, Any] | None:
         """The Workload Kueue keeps for the Pod of UID ``pod_uid`` (not a predecessor's)."""
