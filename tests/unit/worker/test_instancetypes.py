@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,8 @@ from gpustack_core.instancetype import (
 )
 from gpustack_core.poolnames import PoolIdentity
 from gpustack_core.pools import Accelerator, Flavor
+from gpustack_kube.client import Invalid, TransportError
+from gpustack_worker.instancetypes.controller import Refusals, RefusedError
 from gpustack_worker.instancetypes.desired import (
     desired_queue,
     flavor_patch,
@@ -250,6 +253,11 @@ def test_the_checks_state_is_its_active_condition() -> None:
     assert check_state(check("True")) is CheckState.ACTIVE
     assert check_state(check("False")) is CheckState.INACTIVE
     assert check_state(check(None)) is CheckState.INACTIVE  # not yet answered: not active
+    # Being deleted: Kueue holds it until no queue names it, so it reads as gone (found on the
+    # real control plane: a queue kept naming it and the deletion never finished).
+    deleting = check("False")
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert check_state(deleting) is CheckState.ABSENT
 
 
 def test_a_terminating_namespace_is_seen_so() -> None:
@@ -360,3 +368,27 @@ def _fnv(text: str) -> int:
     for byte in text.encode():
         value = ((value ^ byte) * 0x100000001B3) % 2**64
     return value
+
+
+# -- one refusal does not stop the rest ------------------------------------------------------------
+
+
+def test_a_refused_write_is_noted_and_the_others_go_on() -> None:
+    refusals = Refusals()
+    written = []
+    for name in ("a", "b", "c"):
+        with refusals.each(f"ResourceFlavor {name}"):
+            if name != "c":
+                raise Invalid(422, "Invalid", f"{name} is invalid")
+            written.append(name)
+    assert written == ["c"]
+    with pytest.raises(RefusedError, match=r"ResourceFlavor a: .*a is invalid \(and 1 more\)"):
+        refusals.check()
+    Refusals().check()  # nothing refused: nothing raised
+
+
+def test_a_transport_failure_is_not_collected() -> None:
+    refusals = Refusals()
+    with pytest.raises(TransportError), refusals.each("ResourceFlavor a"):
+        raise TransportError("connection refused")
+    assert refusals.said == []

@@ -38,7 +38,8 @@ and ``ns:<namespace>`` (that namespace's LocalQueues). The Settings are read per
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Final
 
 import trio
@@ -48,11 +49,20 @@ from gpustack_core.contract import NODE_DEVICES_CHECK, RESOURCE_TYPE_LABEL
 from gpustack_core.decoding import ContractError
 from gpustack_core.instancetype import InstanceType, instancetype_from_object
 from gpustack_core.instancetypeflavor import instancetypeflavor_from_object
+from gpustack_core.names import dns1123_subdomain_errors
 from gpustack_core.poolnames import entrance_name
 from gpustack_core.pools import FLAVOR_TYPE, Flavor, flavors, node_profile_of, resource_flavor
 from gpustack_core.settings import Settings
 from gpustack_core.views import NodeDevices
-from gpustack_kube.client import AlreadyExists, Conflict, KubeClient, KubeError, NotFound, PatchType
+from gpustack_kube.client import (
+    AlreadyExists,
+    ApiError,
+    Conflict,
+    KubeClient,
+    KubeError,
+    NotFound,
+    PatchType,
+)
 from gpustack_kube.informer import Informer, Key
 from gpustack_kube.leader import ElectionConfig, LeaderElector
 from gpustack_kube.paths import (
@@ -125,6 +135,36 @@ def _deleting(obj: Mapping[str, Any] | None) -> bool:
 
 def _uid(obj: Mapping[str, Any]) -> dict[str, str]:
     return {"uid": str((obj.get("metadata") or {}).get("uid") or "")}
+
+
+class RefusedError(KubeError):
+    """The API server refused some of a reconcile's writes: the key is tried again, backing off."""
+
+
+class Refusals:
+    """The writes one reconcile had refused; the others go on.
+
+    One object Kueue or a webhook refuses (a quota past its limits, a name it will not take)
+    must not keep every other pool from being written; the key is still retried afterwards.
+    A transport error is not collected: the next write would fail the same way.
+    """
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    @contextmanager
+    def each(self, what: str) -> Iterator[None]:
+        """Run one object's write; a refusal is noted and the reconcile goes on."""
+        try:
+            yield
+        except ApiError as exc:
+            self.said.append(f"{what}: {exc}")
+
+    def check(self) -> None:
+        """Raise :class:`RefusedError` naming the refusals, if there were any."""
+        if self.said:
+            more = f" (and {len(self.said) - 1} more)" if len(self.said) > 1 else ""
+            raise RefusedError(self.said[0] + more)
 
 
 class InstanceTypeController:
@@ -401,9 +441,23 @@ class InstanceTypeController:
                 self._say(logging.INFO, reason)
             if found.profile is not None:
                 profiles.append(found.profile)
-        formed = flavors(profiles, mixed_on_node=mixed)
+        formed = tuple(f for f in flavors(profiles, mixed_on_node=mixed) if self._nameable(f))
         self._flavor_memo = (stamp, formed)
         return formed
+
+    def _nameable(self, flavor: Flavor) -> bool:
+        """Whether the flavor's name is one the API server takes (a DNS-1123 subdomain).
+
+        A key that is a valid label but no valid name (``hygon-k100_ai``: an underscore)
+        cannot name a ResourceFlavor, nor the queue and type built on it: such a flavor is
+        left out of every pool, said once, rather than refused at every reconcile.
+        """
+        problems = dns1123_subdomain_errors(flavor.name)
+        if problems:
+            self._say(logging.WARNING, f"the ResourceFlavor {flavor.name!r} cannot be named "
+                      f"({problems[0]}): nodes {', '.join(flavor.nodes)} are left out of its "
+                      "pools")  # fmt: skip
+        return not problems
 
     def _devices(self) -> dict[str, NodeDevices]:
         stamp = self.devices.generation
@@ -436,44 +490,50 @@ class InstanceTypeController:
     async def _reconcile_pools(self) -> None:
         settings = self.settings
         found = self._flavors()
+        refusals = Refusals()
         if self.kueue:
-            await self._align_flavors(found)
+            await self._align_flavors(found, refusals)
         aware = settings.instance_type_aware_cpu_manufacturer
         if settings.instance_type_derived_from_node:
-            await self._author_types(found, aware=aware)
-        await self._align_catalog(found, aware=aware)
+            await self._author_types(found, refusals, aware=aware)
+        await self._align_catalog(found, refusals, aware=aware)
+        refusals.check()
 
-    async def _align_flavors(self, found: tuple[Flavor, ...]) -> None:
+    async def _align_flavors(self, found: tuple[Flavor, ...], refusals: Refusals) -> None:
         desired = {f.name: resource_flavor(f) for f in found}
         for name, body in desired.items():
             current = self.flavors.get("", name)
-            if current is None:
-                try:
-                    await self.client.create(RESOURCE_FLAVORS.path(), body)
-                except AlreadyExists:
-                    continue  # the cache is behind, or Kueue still holds it retiring
-                self._wrote("create", f"resourceflavor {name}")
-                continue
-            if _deleting(current):
-                continue  # retiring: created anew once Kueue has let it go
-            patch = flavor_patch(current, body)
-            if patch is not None:
-                await self.client.patch(RESOURCE_FLAVORS.path(name=name), patch)
-                self._wrote("patch", f"resourceflavor {name}")
+            with refusals.each(f"ResourceFlavor {name}"):
+                if current is None:
+                    try:
+                        await self.client.create(RESOURCE_FLAVORS.path(), body)
+                    except AlreadyExists:
+                        continue  # the cache is behind, or Kueue still holds it retiring
+                    self._wrote("create", f"resourceflavor {name}")
+                    continue
+                if _deleting(current):
+                    continue  # retiring: created anew once Kueue has let it go
+                patch = flavor_patch(current, body)
+                if patch is not None:
+                    await self.client.patch(RESOURCE_FLAVORS.path(name=name), patch)
+                    self._wrote("patch", f"resourceflavor {name}")
         for current in self.flavors.objects():
             name = _name(current)
             if name in desired or _deleting(current):
                 continue
-            try:
-                await self.client.delete(
-                    RESOURCE_FLAVORS.path(name=name), preconditions=_uid(current)
-                )
-            except (NotFound, Conflict):
-                continue
-            self._wrote("delete", f"resourceflavor {name}")
-            log.info("retired the ResourceFlavor %s: no managed node has its keys", name)
+            with refusals.each(f"ResourceFlavor {name}"):
+                try:
+                    await self.client.delete(
+                        RESOURCE_FLAVORS.path(name=name), preconditions=_uid(current)
+                    )
+                except (NotFound, Conflict):
+                    continue
+                self._wrote("delete", f"resourceflavor {name}")
+                log.info("retired the ResourceFlavor %s: no managed node has its keys", name)
 
-    async def _author_types(self, found: tuple[Flavor, ...], *, aware: bool) -> None:
+    async def _author_types(
+        self, found: tuple[Flavor, ...], refusals: Refusals, *, aware: bool
+    ) -> None:
         devices = self._devices()
         for pool, members in derive.pools(found, aware=aware).items():
             if self.types.get("", pool.name) is not None:
@@ -483,45 +543,52 @@ class InstanceTypeController:
             itype = derive.derived_instance_type(
                 pool, members, derive.feature_of(groups, pool.accelerator_group)
             )
-            try:
-                await self.client.create(INSTANCE_TYPES.path(), type_object(itype))
-            except AlreadyExists:
-                continue
-            self._wrote("create", f"instancetype {pool.name}")
-            log.info("authored the InstanceType %s", pool.name)
+            with refusals.each(f"InstanceType {pool.name}"):
+                try:
+                    await self.client.create(INSTANCE_TYPES.path(), type_object(itype))
+                except AlreadyExists:
+                    continue
+                self._wrote("create", f"instancetype {pool.name}")
+                log.info("authored the InstanceType %s", pool.name)
 
-    async def _align_catalog(self, found: tuple[Flavor, ...], *, aware: bool) -> None:
+    async def _align_catalog(
+        self, found: tuple[Flavor, ...], refusals: Refusals, *, aware: bool
+    ) -> None:
         groups = [g for d in self._devices().values() for g in d.groups]
         desired = {e.metadata.name: e for e in derive.catalog(found, aware=aware, groups=groups)}
         for name, entry in desired.items():
             current = self.catalog.get("", name)
-            if current is None:
-                try:
-                    await self.client.create(INSTANCE_TYPE_FLAVORS.path(), catalog_object(entry))
-                except AlreadyExists:
+            with refusals.each(f"InstanceTypeFlavor {name}"):
+                if current is None:
+                    try:
+                        await self.client.create(
+                            INSTANCE_TYPE_FLAVORS.path(), catalog_object(entry)
+                        )
+                    except AlreadyExists:
+                        continue
+                    self._wrote("create", f"instancetypeflavor {name}")
                     continue
-                self._wrote("create", f"instancetypeflavor {name}")
-                continue
-            try:
-                same = instancetypeflavor_from_object(current).spec == entry.spec
-            except ContractError:
-                same = False  # written by hand, wrongly: the catalog is the operator's
-            if not same:
-                await self.client.patch(
-                    INSTANCE_TYPE_FLAVORS.path(name=name), catalog_patch(entry), PatchType.JSON
-                )
-                self._wrote("patch", f"instancetypeflavor {name}")
+                try:
+                    same = instancetypeflavor_from_object(current).spec == entry.spec
+                except ContractError:
+                    same = False  # written by hand, wrongly: the catalog is the operator's
+                if not same:
+                    await self.client.patch(
+                        INSTANCE_TYPE_FLAVORS.path(name=name), catalog_patch(entry), PatchType.JSON
+                    )
+                    self._wrote("patch", f"instancetypeflavor {name}")
         for current in self.catalog.objects():
             name = _name(current)
             if name in desired or _deleting(current):
                 continue
-            try:
-                await self.client.delete(
-                    INSTANCE_TYPE_FLAVORS.path(name=name), preconditions=_uid(current)
-                )
-            except (NotFound, Conflict):
-                continue
-            self._wrote("delete", f"instancetypeflavor {name}")
+            with refusals.each(f"InstanceTypeFlavor {name}"):
+                try:
+                    await self.client.delete(
+                        INSTANCE_TYPE_FLAVORS.path(name=name), preconditions=_uid(current)
+                    )
+                except (NotFound, Conflict):
+                    continue
+                self._wrote("delete", f"instancetypeflavor {name}")
 
     async def _reconcile_type(self, name: str) -> None:
         itype = self.types.get("", name)
@@ -612,23 +679,28 @@ class InstanceTypeController:
         wanted = {entrance_name(t.metadata.name): t.metadata.name for t in self.types.objects()
                   if not t.metadata.deletion_timestamp}  # fmt: skip
         have = {_name(q): q for q in self.local_queues.by_index("namespace", name)}
+        refusals = Refusals()
         for local, cluster_queue in sorted(wanted.items()):
             current = have.get(local)
             if current is not None and fronts(current) == cluster_queue:
                 continue
-            if current is not None:  # ours, fronting another queue (immutable): replace it
-                await self._delete_local(current)
-                continue
-            try:
-                await self.client.create(LOCAL_QUEUES.path(name), local_queue(name, cluster_queue))
-            except AlreadyExists:
-                self._say(logging.WARNING, f"LocalQueue {name}/{local} exists and is not the "
-                          "operator's: left as it is")  # fmt: skip
-                continue
-            self._wrote("create", f"localqueue {name}/{local}")
+            with refusals.each(f"LocalQueue {name}/{local}"):
+                if current is not None:  # ours, fronting another queue (immutable): replace
+                    await self._delete_local(current)
+                    continue
+                try:
+                    body = local_queue(name, cluster_queue)
+                    await self.client.create(LOCAL_QUEUES.path(name), body)
+                except AlreadyExists:
+                    self._say(logging.WARNING, f"LocalQueue {name}/{local} exists and is not "
+                              "the operator's: left as it is")  # fmt: skip
+                    continue
+                self._wrote("create", f"localqueue {name}/{local}")
         for local, current in have.items():
             if local not in wanted and not _deleting(current):
-                await self._delete_local(current)
+                with refusals.each(f"LocalQueue {name}/{local}"):
+                    await self._delete_local(current)
+        refusals.check()
 
     async def _delete_local(self, current: dict[str, Any]) -> None:
         meta = current["metadata"]

@@ -133,8 +133,13 @@ class CheckState(enum.Enum):
 
 
 def check_state(check: Mapping[str, Any] | None) -> CheckState:
-    """``ACTIVE`` only while its ``Active`` condition is ``True`` (what Kueue itself requires)."""
-    if check is None:
+    """``ACTIVE`` only while its ``Active`` condition is ``True`` (what Kueue itself requires).
+
+    One being deleted is ``ABSENT``: Kueue keeps it (its ``resource-in-use`` finalizer) until
+    no ClusterQueue names it, so a queue still naming it would hold the deletion forever.
+    """
+    meta = check.get("metadata") if check is not None else None
+    if check is None or (isinstance(meta, Mapping) and meta.get("deletionTimestamp")):
         return CheckState.ABSENT
     for condition in _entries(_status(check).get("conditions")):
         if condition.get("type") == "Active":
