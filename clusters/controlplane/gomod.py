@@ -90,11 +90,12 @@ def inherited_replaces(tag_gomod: str, version: str) -> list[str]:
     """
     lines = []
     for line in tag_gomod.splitlines():
-        match = _REPLACE.match(line.replace("replace ", "", 1) if line.startswith("replace ") else line)
+        text = line.removeprefix("replace ")
+        match = _REPLACE.match(text)
         if match is None:
             continue
         source, target, target_version = match.groups()
-        if target.startswith("./") or target.startswith("../"):
+        if target.startswith(("./", "../")):
             lines.append(f"{source} => {source} {version}")
         elif target_version is not None:
             lines.append(f"{source} => {target} {target_version}")
