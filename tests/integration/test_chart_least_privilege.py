@@ -324,6 +324,7 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
         while ("update", "nodefeatures", "") not in asked("worker"):
             await trio.sleep(0.2)
     await _exercise_instance_controller(stack, asked)
+    await _exercise_instance_types(stack, asked)
     await _exercise_node_devices_check(stack, asked)
     await _exercise_device_plugin(stack, asked)
     await _exercise_refused_pod(stack, asked)
@@ -463,6 +464,65 @@ async def _exercise_instance_controller(
             nursery.cancel_scope.cancel()
 
 
+async def _exercise_instance_types(
+    stack: WorkerStack, asked: Callable[[str], set[tuple[str, str, str]]]
+) -> None:
+    """Every write the InstanceType controller makes: what it derives from the scenario's
+    nodes, and what it puts back after an administrator's hand edits (as admin)."""
+    config = load_config(stack.cluster.kubeconfig, context="admin")
+    assert config is not None
+    kueue = "/apis/kueue.x-k8s.io/v1beta2"
+    ours = "/apis/worker.gpustack.ai/v1alpha1"
+    store = stack.cluster.state.store
+
+    async def until(*needed: tuple[str, str, str]) -> None:
+        with trio.fail_after(30):
+            while not set(needed) <= asked("worker"):
+                await trio.sleep(0.1)
+
+    async with KubeClient(config) as admin:
+        # Derived from the scenario's nodes: flavors, types and their status, queues, catalog.
+        await until(("create", "resourceflavors", ""), ("create", "instancetypes", ""),
+                    ("patch", "instancetypes", "status"), ("create", "clusterqueues", ""),
+                    ("create", "instancetypeflavors", ""), ("get", "admissionchecks", ""),
+                    ("watch", "namespaces", ""))  # fmt: skip
+        # A namespace that appears gets the entrances.
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-lp"}}
+        await admin.create("/api/v1/namespaces", namespace)
+        await until(("create", "localqueues", ""))
+        # Hand edits put back: a flavor's label, a queue's stop, a catalog entry's product.
+        flavor = store.list("ResourceFlavor")[0]["metadata"]
+        key = next(k for k in flavor["labels"] if k.endswith(".count"))
+        await admin.patch(f"{kueue}/resourceflavors/{flavor['name']}",
+                          {"metadata": {"labels": {key: "99"}}})  # fmt: skip
+        queue = store.list("ClusterQueue")[0]["metadata"]["name"]
+        await admin.patch(f"{kueue}/clusterqueues/{queue}", {"spec": {"stopPolicy": "Hold"}})
+        entry = store.list("InstanceTypeFlavor")[0]["metadata"]["name"]
+        await admin.patch(f"{ours}/instancetypeflavors/{entry}", {"spec": {"product": "edited"}})
+        await until(("patch", "resourceflavors", ""), ("patch", "clusterqueues", ""),
+                    ("patch", "instancetypeflavors", ""))  # fmt: skip
+        # What no node forms goes: a stray flavor, a stray catalog entry; a custom type deleted
+        # takes its queue and its entrances with it.
+        stray = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                 "metadata": {"name": "gpustack--stray-linux-amd64-1c",
+                              "labels": {"resource.gpustack.ai/type": "nodes"}}}  # fmt: skip
+        await admin.create(f"{kueue}/resourceflavors", stray)
+        listed = {"apiVersion": "worker.gpustack.ai/v1alpha1", "kind": "InstanceTypeFlavor",
+                  "metadata": {"name": "gpustack--stray"},
+                  "spec": {"acceleratable": False}}  # fmt: skip
+        await admin.create(f"{ours}/instancetypeflavors", listed)
+        custom = {"apiVersion": "worker.gpustack.ai/v1alpha1", "kind": "InstanceType",
+                  "metadata": {"name": "lp-custom"},
+                  "spec": {"os": "linux", "arch": "amd64"}}  # fmt: skip
+        await admin.create(f"{ours}/instancetypes", custom)
+        with trio.fail_after(30):
+            while store.get("LocalQueue", "team-lp", "gpustack-fnv64-" + _fnv("lp-custom")) is None:
+                await trio.sleep(0.1)
+        await admin.delete(f"{ours}/instancetypes/lp-custom")
+        await until(("delete", "resourceflavors", ""), ("delete", "instancetypeflavors", ""),
+                    ("delete", "clusterqueues", ""), ("delete", "localqueues", ""))  # fmt: skip
+
+
 async def _exercise_node_devices_check(
     stack: WorkerStack, asked: Callable[[str], set[tuple[str, str, str]]]
 ) -> None:
@@ -499,6 +559,14 @@ async def _exercise_node_devices_check(
     await until(("patch", "workloads", "status"))
 
 
+def _fnv(text: str) -> str:
+    """64-bit FNV-1a in hex (the entrance LocalQueue's name), written out here."""
+    value = 0xCBF29CE484222325
+    for byte in text.encode():
+        value = ((value ^ byte) * 0x100000001B3) % 2**64
+    return f"{value:016x}"
+
+
 async def test_the_charts_rbac_grants_exactly_what_the_daemons_call(
     tmp_path: Path, recorded: list[Request]
 ) -> None:
@@ -507,6 +575,7 @@ async def test_the_charts_rbac_grants_exactly_what_the_daemons_call(
         tmp_path,
         instance_controller=True,
         device_plugins=True,
+        instance_types=True,
         node_devices_check=True,
     ) as stack:
         await _exercise(stack, recorded)

@@ -240,15 +240,17 @@ async def open_worker_stack(
     *,
     instance_controller: bool = False,
     device_plugins: bool = False,
+    instance_types: bool = False,
     node_devices_check: bool = False,
 ) -> AsyncIterator[WorkerStack]:
     """Stand-in + Device Manager processes + the worker, the aggregator pointed at it.
 
     With ``instance_controller`` the worker reconciles Instances too; the InstanceTypes the
     scenario's Instances name are created first, as an administrator would have (a missing
-    type would stop them). With ``node_devices_check`` it answers the node-devices
-    AdmissionCheck and writes the fit labels, Kueue's CRDs installed first as storage-only
-    stand-in copies (``standin_kueue_crds``).
+    type would stop them). With ``instance_types`` it derives the InstanceType chain, and with
+    ``node_devices_check`` it answers the node-devices AdmissionCheck and writes the fit labels;
+    for either, Kueue's CRDs are installed first as storage-only stand-in copies
+    (``standin_kueue_crds``).
     """
     async with (
         cluster_standin(scenario, tmp / "cluster") as cluster,
@@ -264,7 +266,7 @@ async def open_worker_stack(
                     "metadata": {"name": name},
                     "spec": {"acceleratable": True, "manufacturer": "nvidia"},
                 })  # fmt: skip
-        if node_devices_check:
+        if instance_types or node_devices_check:
             admin = load_config(cluster.kubeconfig, context="admin")
             assert admin is not None
             async with KubeClient(admin) as client:
@@ -273,6 +275,7 @@ async def open_worker_stack(
             secure_port=0,
             bind_address="127.0.0.1",
             instance_controller=instance_controller,
+            instance_types=instance_types,
             node_devices_check=node_devices_check,
         )
         running: Running = await nursery.start(
