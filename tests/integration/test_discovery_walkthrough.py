@@ -30,7 +30,7 @@ from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.testing import cluster_standin
-from gpustack_worker.nodefeatures import run_node_features
+from gpustack_worker.nodefeatures import publish, run_node_features
 
 KUBECTL = shutil.which("kubectl")
 WHOLE = 1_600_000
@@ -365,3 +365,59 @@ async def test_two_managers_on_one_node_each_own_their_group(tmp_path: Path) -> 
         node_labels_now = ours(node_labels(managers, node))
         assert node_labels_now["acceleratable.feature.gpustack.ai/nvidia"] == "true"
         assert node_labels_now["acceleratable.feature.gpustack.ai/amd"] == "true"
+
+
+async def test_a_managed_flip_stays_and_manual_management_onboards_nobody(tmp_path: Path) -> None:
+    """§2 of the InstanceType walkthrough: ``gpustack.ai/managed`` is the administrator's.
+
+    The worker's task onboards a node it writes first (``"true"``), never undoes a flip to
+    ``"false"``, puts ``"true"`` back where the label was removed, and with
+    ``node-management-manual`` writes no ``managed`` label on a NodeFeature it creates.
+    """
+    async with cluster_standin("walkthrough", tmp_path / "cluster") as cluster:
+        config = load_config(cluster.kubeconfig, context="worker")
+        as_admin = load_config(cluster.kubeconfig, context="admin")
+        assert config is not None
+        assert as_admin is not None
+        store = cluster.state.store
+        path = "/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/gpustack-system/nodefeatures"
+
+        def managed(node: str) -> str | None:
+            found = store.get("NodeFeature", "gpustack-system", f"{node}-gpustack-worker")
+            assert found is not None
+            labels: dict[str, str] = found["spec"]["labels"]
+            return labels.get("gpustack.ai/managed")
+
+        async with KubeClient(config) as client, KubeClient(as_admin) as admin:
+            a10g = store.get("Node", "", "node-a10g")
+            cpu = store.get("Node", "", "node-cpu")
+            assert a10g is not None
+            assert cpu is not None
+            await publish(client, a10g, "gpustack-system")
+            assert managed("node-a10g") == "true"
+            flip = {"spec": {"labels": {"gpustack.ai/managed": "false"}}}
+            await admin.patch(f"{path}/node-a10g-gpustack-worker", flip)
+            assert not await publish(client, a10g, "gpustack-system")
+            assert managed("node-a10g") == "false"
+            # The CPU keys are still the worker's: a hand edit of one is put back, the flip kept.
+            edit = {"spec": {"labels": {"general.feature.gpustack.ai/amd-epyc-7r32.count": "9"}}}
+            await admin.patch(f"{path}/node-a10g-gpustack-worker", edit)
+            assert await publish(client, a10g, "gpustack-system")
+            feature = store.get("NodeFeature", "gpustack-system", "node-a10g-gpustack-worker")
+            assert feature is not None
+            assert (
+                feature["spec"]["labels"]["general.feature.gpustack.ai/amd-epyc-7r32.count"] == "4"
+            )
+            assert managed("node-a10g") == "false"
+            # Removed: onboarded again.
+            remove = {"spec": {"labels": {"gpustack.ai/managed": None}}}
+            await admin.patch(f"{path}/node-a10g-gpustack-worker", remove)
+            assert await publish(client, a10g, "gpustack-system")
+            assert managed("node-a10g") == "true"
+            # Manual management: a new NodeFeature without the label, until an admin sets it.
+            await publish(client, cpu, "gpustack-system", manual=True)
+            assert managed("node-cpu") is None
+            await admin.patch(f"{path}/node-cpu-gpustack-worker",
+                               {"spec": {"labels": {"gpustack.ai/managed": "true"}}})  # fmt: skip
+            assert not await publish(client, cpu, "gpustack-system", manual=True)
+            assert managed("node-cpu") == "true"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpustack_worker.nodefeatures import body, cpu_cores, node_labels, nodefeature_name
+from gpustack_worker.nodefeatures import body, cpu_cores, node_labels, nodefeature_name, onboarded
 
 
 def node(annotations: dict[str, str], labels: dict[str, str], cpu: str | None) -> dict[str, Any]:
@@ -73,3 +73,14 @@ def test_body_names_and_owns() -> None:
     assert made["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Node", "name": "node-a10g", "uid": "u-1"}
     ]
+
+
+def test_onboarded_keeps_a_stated_managed_value() -> None:
+    derived = {"gpustack.ai/managed": "true", "general.feature.gpustack.ai/amd": "true"}
+    cpu = {"general.feature.gpustack.ai/amd": "true"}
+    assert onboarded(derived, None, manual=False) == derived
+    assert onboarded(derived, None, manual=True) == cpu
+    flipped = {"gpustack.ai/managed": "false"}
+    assert onboarded(derived, flipped, manual=False) == {**cpu, **flipped}
+    assert onboarded(derived, flipped, manual=True) == {**cpu, **flipped}
+    assert onboarded(derived, {"other": "x"}, manual=False) == derived

@@ -182,6 +182,14 @@ KEYS: Final[tuple[Key, ...]] = (
         "groups are emptied, once nothing is reserved; false: emptied at once",
     ),
     Key(
+        "node-management-manual",
+        "false",
+        parse_bool,
+        "node_management_manual",
+        "false: a node is onboarded with gpustack.ai/managed=true when its worker NodeFeature "
+        "is first written; true: an administrator sets it. Either way a value set is kept",
+    ),
+    Key(
         "workload-fit-affinity",
         "true",
         parse_bool,
@@ -209,6 +217,7 @@ class Settings:
     instance_type_aware_cpu_manufacturer: bool = False
     instance_type_mixed_on_node: bool = True
     instance_type_drain_when_no_flavors: bool = True
+    node_management_manual: bool = False
     workload_fit_affinity: bool = True
 
 

@@ -425,7 +425,13 @@ def _start_tasks(
         nursery.start_soon(nodes.run)
     if options.node_features:
         nursery.start_soon(
-            partial(run_node_features, client, options.system_namespace, nodes=nodes)
+            partial(
+                run_node_features,
+                client,
+                options.system_namespace,
+                nodes=nodes,
+                manual=lambda: operator_settings.current().node_management_manual,
+            )
         )
     if options.node_capacity:
         nursery.start_soon(partial(run_node_capacity, client, nodes=nodes))

@@ -19,20 +19,25 @@ model.
 
 Nodes are read through an informer (list, then watch), and a NodeFeature is written only when
 its labels differ from what is stored; every node is checked again every ``period`` seconds, so
-one edited or deleted by hand is restored.
+one edited or deleted by hand is restored — all but ``gpustack.ai/managed``, which is the
+administrator's switch (the walkthrough's §2 flips it to take a node out of every pool): it is
+set ``"true"`` only where the NodeFeature does not state it yet (onboarding, the Setting
+``node-management-manual`` false), never where it is stated, so a flip stays flipped.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
 
 from gpustack_core.features import (
     CPU_NAME_ANNOTATION,
+    MANAGED_LABEL,
     NFD_CPU_VENDOR_LABEL,
+    TRUE,
     general_labels,
     unknown_reason,
 )
@@ -77,6 +82,23 @@ def node_labels(node: Mapping[str, Any]) -> dict[str, str]:
     return general_labels(name, vendor, cpu_cores(node))
 
 
+def onboarded(
+    labels: Mapping[str, str], stored: Mapping[str, str] | None, *, manual: bool
+) -> dict[str, str]:
+    """``labels`` with ``gpustack.ai/managed`` as the stored NodeFeature states it.
+
+    Stated: kept, whatever it says (an administrator's flip is not undone). Not stated (a new
+    NodeFeature, or the label removed): ``"true"`` unless management is manual, where the node
+    waits for an administrator to set it.
+    """
+    result = {k: v for k, v in labels.items() if k != MANAGED_LABEL}
+    if stored is not None and isinstance(stored.get(MANAGED_LABEL), str):
+        result[MANAGED_LABEL] = stored[MANAGED_LABEL]
+    elif not manual:
+        result[MANAGED_LABEL] = TRUE
+    return result
+
+
 def body(node: Mapping[str, Any], namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
     """The whole NodeFeature the worker wants for ``node``."""
     meta = node["metadata"]
@@ -95,11 +117,16 @@ def body(node: Mapping[str, Any], namespace: str, labels: Mapping[str, str]) -> 
     }
 
 
-async def publish(client: KubeClient, node: Mapping[str, Any], namespace: str) -> bool:
-    """Create or update one node's NodeFeature; ``False`` when it already says the same."""
-    labels = node_labels(node)
+async def publish(
+    client: KubeClient, node: Mapping[str, Any], namespace: str, *, manual: bool = False
+) -> bool:
+    """Create or update one node's NodeFeature; ``False`` when it already says the same.
+
+    ``manual``: the Setting ``node-management-manual`` (see :func:`onboarded`).
+    """
+    derived = node_labels(node)
     name = nodefeature_name(node["metadata"]["name"])
-    if (reason := unknown_reason(labels)) is not None:
+    if (reason := unknown_reason(derived)) is not None:
         raise ValueError(f"NodeFeature {name}: {reason}")
     path = NODE_FEATURES.path(namespace, name)
 
@@ -107,6 +134,7 @@ async def publish(client: KubeClient, node: Mapping[str, Any], namespace: str) -
         try:
             current = await client.get(path)
         except NotFound:
+            labels = onboarded(derived, None, manual=manual)
             try:
                 await client.create(NODE_FEATURES.path(namespace), body(node, namespace, labels))
             except AlreadyExists:
@@ -114,6 +142,8 @@ async def publish(client: KubeClient, node: Mapping[str, Any], namespace: str) -
             return True
         meta = current.get("metadata") or {}
         spec = current.get("spec") or {}
+        stored = spec.get("labels")
+        labels = onboarded(derived, stored if isinstance(stored, dict) else None, manual=manual)
         node_name = node["metadata"]["name"]
         if (
             spec.get("labels") == labels
@@ -143,12 +173,15 @@ async def run_node_features(
     period: float = 60.0,
     backoff: Backoff = RETRY,
     nodes: Informer[dict[str, Any]] | None = None,
+    manual: Callable[[], bool] = lambda: False,
 ) -> None:
     """Keep every Node's worker NodeFeature current, for ever (the worker daemon's task).
 
     A node whose derived labels are what was last published is not read again until the next
     ``period`` check, so the Node updates nfd-master makes after each write cost nothing.
     ``nodes``: a Node informer the caller runs and shares; without one this runs its own.
+    ``manual``: reads the Setting ``node-management-manual`` now (it applies to NodeFeatures
+    written from then on).
     """
     owned = nodes is None
     if nodes is None:
@@ -169,7 +202,7 @@ async def run_node_features(
                         name = str(node["metadata"]["name"])
                         labels = node_labels(node)
                         if published.get(name) != labels:
-                            await publish(client, node, namespace)
+                            await publish(client, node, namespace, manual=manual())
                             published[name] = labels
                     failures = 0
                 except (KubeError, ValueError) as exc:
