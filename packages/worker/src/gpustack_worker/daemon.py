@@ -430,7 +430,7 @@ def _start_tasks(
                 client,
                 options.system_namespace,
                 nodes=nodes,
-                manual=lambda: operator_settings.current().node_management_manual,
+                manual=lambda: operator_settings.current.node_management_manual,
             )
         )
     if options.node_capacity:
