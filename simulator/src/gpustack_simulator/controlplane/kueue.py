@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from gpustack_core import kueueconfig
+
 NAMESPACE = "kueue-system"
 PREFIX = "kueue-"
 WEBHOOK_SERVICE = "kueue-webhook-service"
@@ -129,7 +131,12 @@ def manifests(source: Path, *, port: int, host: str = "127.0.0.1") -> list[dict[
 
 
 def configuration(*, webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
-    """The manager's ``Configuration`` (v1beta2): one replica, our certificates, Pods managed."""
+    """The manager's ``Configuration`` (v1beta2): one replica, our certificates, Pods managed.
+
+    ``resources`` is what the operator asks of any Kueue it runs on
+    (:mod:`gpustack_core.kueueconfig`: accelerator requests into credits, what no queue declares
+    left out), as a cluster administrator would put it in Kueue's config map.
+    """
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -144,6 +151,7 @@ def configuration(*, webhook_port: int, health_port: int, cert_dir: Path) -> dic
             "webhookSecretName": WEBHOOK_SECRET,
         },
         "integrations": {"frameworks": ["batch/job", "pod"]},
+        "resources": kueueconfig.resources(),
     }
 
 
