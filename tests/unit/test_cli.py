@@ -22,6 +22,7 @@ LEVELS = [
     ["simulator"],
     ["demo"],
     ["worker"],
+    ["kueue-config"],
     ["device-manager", "serve"],
     ["device-manager", "detect"],
     ["device-manager", "monitor"],
@@ -208,3 +209,16 @@ def test_list_shows_a_recording_that_does_not_replay_as_invalid(tmp_path: Path) 
     assert "does not replay" in bad
     [good] = [line for line in result.output.splitlines() if "t4.yaml" in line]
     assert "│ 1 " in good  # the listing goes on past the bad one
+
+
+def test_kueue_config_prints_a_resources_block_kueue_reads() -> None:
+    """YAML with one ``resources`` key whose entries are Kueue's field names; nvidia's card is
+    1,600,000 credits (the reference's credit unit)."""
+    result = runner.invoke(app, ["kueue-config"])
+    assert result.exit_code == 0, result.output
+    block = yaml.safe_load(result.output)
+    assert list(block) == ["resources"]
+    assert set(block["resources"]) == {"excludeResourcePrefixes", "transformations"}
+    card = [t for t in block["resources"]["transformations"] if t["input"] == "nvidia.com/gpu"]
+    assert card == [{"input": "nvidia.com/gpu", "strategy": "Replace",
+                     "outputs": {"credits.gpustack.ai/nvidia": "1600000"}}]  # fmt: skip

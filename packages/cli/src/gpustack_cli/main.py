@@ -50,6 +50,20 @@ def _version(value: bool) -> None:
 E = TypeVar("E", bound=BaseException)
 
 
+def _namespace(value: str) -> str:
+    """A release namespace as given (flag or ``$POD_NAMESPACE``), refused unless a DNS-1123 label.
+
+    It becomes part of request paths (NodeFeatures, the Settings Secret, the peers' Pods), so
+    it is checked before any request is built from it.
+    """
+    from gpustack_core.names import dns1123_label_problem
+
+    if (problem := dns1123_label_problem(value)) is not None:
+        raise typer.BadParameter(f"{value!r}: {problem}")
+    return value
+
+
+
 @app.callback()
 def _root(
     version: Annotated[
@@ -90,6 +104,22 @@ def demo(
     raise typer.Exit(code=run_live_demo(state_dir, once=once, scenario=scenario))
 
 
+@app.command("kueue-config")
+def kueue_config() -> None:
+    """Print the resources block Kueue's Configuration needs for the operator's queues.
+
+    Paste it under ``resources:`` in Kueue's ``controller_manager_config.yaml`` (its config
+    map): accelerator requests become credits.gpustack.ai/<manufacturer>, and what no queue of
+    the operator declares is left out of Kueue's check (docs/instancetypes.md, "Kueue's
+    configuration").
+    """
+    import yaml
+
+    from gpustack_core.kueueconfig import resources
+
+    typer.echo(yaml.safe_dump({"resources": resources()}, sort_keys=False), nl=False)
+
+
 def _csv(value: str | None) -> list[str] | None:
     """A comma-separated flag; ``None`` (not given) stays distinct from an empty list."""
     if value is None:
@@ -111,7 +141,15 @@ def worker(
     ] = None,
     context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
     system_namespace: Annotated[
-        str, typer.Option(help="Namespace of the Device Manager Pods.")
+        str,
+        typer.Option(
+            envvar="POD_NAMESPACE",
+            callback=_namespace,
+            help=(
+                "The release namespace: the Device Manager Pods', the Settings Secret's, the"
+                " NodeFeatures' ($POD_NAMESPACE, the worker's own, else gpustack-system)."
+            ),
+        ),
     ] = contract.SYSTEM_NAMESPACE,
     device_manager_monitor_period: Annotated[
         str,
@@ -322,6 +360,17 @@ def dm_serve(
     node_name: Annotated[
         str | None, typer.Option(help="This node (default: $KUBERNETES_NODE_NAME).")
     ] = None,
+    namespace: Annotated[
+        str,
+        typer.Option(
+            envvar="POD_NAMESPACE",
+            callback=_namespace,
+            help=(
+                "The release namespace: where the NodeFeature is published and the peer Device"
+                " Managers run ($POD_NAMESPACE, this Pod's own, else gpustack-system)."
+            ),
+        ),
+    ] = contract.SYSTEM_NAMESPACE,
     kubeconfig: Annotated[
         Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG, else in-cluster).")
     ] = None,
@@ -434,6 +483,7 @@ def dm_serve(
     options = ServeOptions(
         manufacturer=vendor,
         node_name=node_name or default_node_name(),
+        namespace=namespace,
         monitor_period=period,
         secure_port=secure_port,
         bind_address=bind_address,
