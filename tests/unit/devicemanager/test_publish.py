@@ -214,3 +214,74 @@ async def test_devices_are_published_when_the_nodefeature_api_is_not_served(
     assert "404" in publisher.nodefeature_error
     warnings = [r for r in caplog.records if "NodeFeature failed" in r.getMessage()]
     assert len(warnings) == 1
+
+
+class ForgetfulNoNfdApi(NoNfdApi):
+    """:class:`NoNfdApi` whose NodeFeature answer is chosen, and whose Devices object is
+    deleted at the start of every round (the Node read), so every round must write it again.
+    """
+
+    def __init__(self, nfd: httpx.Response) -> None:
+        super().__init__()
+        self.nfd = nfd
+        self.devices_writes = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path.startswith("/apis/nfd.k8s-sigs.io/"):
+            self.requests.append((request.method, path))
+            return self.nfd
+        if path == "/api/v1/nodes/gpu-node-1":
+            self.devices = None  # deleted meanwhile: this round must create it again
+        if path.endswith("/devices/gpu-node-1/status") and request.method == "PUT":
+            self.requests.append((request.method, path))
+            self.devices = json.loads(request.content)
+            return httpx.Response(200, json=self.devices)
+        answered = super().__call__(request)
+        if request.method == "POST" and answered.status_code == 201:
+            self.devices_writes += 1
+        return answered
+
+
+FORBIDDEN = httpx.Response(403, json={
+    "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+    "message": 'nodefeatures.nfd.k8s-sigs.io is forbidden: User "system:serviceaccount:ops:dm" '
+    'cannot get resource "nodefeatures" in API group "nfd.k8s-sigs.io" in the namespace "ops"',
+})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "nfd",
+    [httpx.Response(404, text="404 page not found\n"), FORBIDDEN],
+    ids=["crd-not-served", "refused"],
+)
+async def test_eight_rounds_without_the_nodefeature_write_eight_devices(
+    nfd: httpx.Response, caplog: pytest.LogCaptureFixture, autojump_clock: trio.abc.Clock
+) -> None:
+    """The issue's reproduction (#31, item 3): 8 rounds against an API whose NodeFeature write
+    fails — the CRD not served, or RBAC refusing it — write the Devices every round, and the
+    NodeFeature's failure is said once, not once a round.
+    """
+    backend = replay_backend(load_recording(RECORDINGS / "nvidia/h100-mixed.yaml"))
+    try:
+        grouped = detected_groups(backend.detect())
+    finally:
+        backend.close()
+    api = ForgetfulNoNfdApi(nfd)
+    config = KubeConfig("https://api.invalid", None, None, None, False, "default")
+    async with KubeClient(config, transport=httpx.MockTransport(api)) as client:
+        publisher = Publisher(client, "gpu-node-1", "nvidia", "ops", grouped.groups)
+        with trio.move_on_after(7.5):  # rounds at t = 0, 1, …, 7: eight of them
+            await run_publisher(publisher, list, trio.sleep_forever, period=1.0)
+    nodefeature_reads = [r for r in api.requests if r == ("GET", NF_PATH)]
+    assert len(nodefeature_reads) == 8, api.requests  # the NodeFeature was tried every round
+    assert api.devices_writes == 8
+    warnings = [r for r in caplog.records if "NodeFeature failed" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    failed_rounds = [r for r in caplog.records if "devices failed" in r.getMessage()]
+    assert failed_rounds == []
+
+
+NF_PATH = (
+    "/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/ops/nodefeatures/gpu-node-1-gpustack-device-manager"
+)

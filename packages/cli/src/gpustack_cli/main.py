@@ -63,7 +63,6 @@ def _namespace(value: str) -> str:
     return value
 
 
-
 @app.callback()
 def _root(
     version: Annotated[
