@@ -36,6 +36,7 @@ import httpx
 
 from gpustack_core import contract
 from gpustack_core.decoding import ContractError
+from gpustack_core.podmatch import match_conditions
 from gpustack_core.units import seconds_of
 from gpustack_kube.certs import self_signed
 from gpustack_kube.paths import Resource
@@ -340,9 +341,17 @@ def webhook_configurations(worker_url: str, worker_ca: bytes) -> list[dict[str, 
                     "key": "kubernetes.io/metadata.name",
                     "operator": "NotIn",
                     "values": list(WEBHOOK_EXCLUDED_NAMESPACES),
-                }
+                },
+                {
+                    "key": contract.POD_WEBHOOK_LABEL,
+                    "operator": "NotIn",
+                    "values": [contract.POD_WEBHOOK_DISABLED],
+                },
             ]
         },
+        # The stand-in does not evaluate them (it sends every Pod, which the webhook answers
+        # untouched when it asks for nothing); a real kube-apiserver does.
+        "matchConditions": match_conditions(),
     }
 
     def instances(*operations: str, resource: str = "instances") -> dict[str, Any]:

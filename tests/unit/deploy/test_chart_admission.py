@@ -72,7 +72,8 @@ def test_both_webhooks_select_pod_creates_outside_the_system_namespaces(
                     "key": "kubernetes.io/metadata.name",
                     "operator": "NotIn",
                     "values": [NAMESPACE, "kube-system"],
-                }
+                },
+                {"key": "gpustack.ai/pod-webhook", "operator": "NotIn", "values": ["disabled"]},
             ]
         }
     assert hooks["MutatingWebhookConfiguration"]["reinvocationPolicy"] == "IfNeeded"
@@ -84,7 +85,7 @@ def test_another_release_namespace_is_excluded_beside_the_default_one() -> None:
     objects = render(extra=("--namespace", "gpu-ops"))
     for hook in webhooks(objects).values():
         assert hook["clientConfig"]["service"]["namespace"] == "gpu-ops"
-        [expression] = hook["namespaceSelector"]["matchExpressions"]
+        expression, _ = hook["namespaceSelector"]["matchExpressions"]
         assert expression["values"] == ["gpu-ops", "gpustack-system", "kube-system"]
 
 

@@ -46,6 +46,11 @@ CRD_VERSION: Final = "v1alpha1"
 POD_MUTATE_PATH: Final = "/mutate-v1-pod"
 POD_VALIDATE_PATH: Final = "/validate-v1-pod"
 """The Pod admission webhook (gate 1) on the worker's secure port."""
+POD_WEBHOOK_LABEL: Final = "gpustack.ai/pod-webhook"
+POD_WEBHOOK_DISABLED: Final = "disabled"
+"""``gpustack.ai/pod-webhook: disabled`` on a Namespace sends none of its Pods to the Pod
+webhook; on a Pod, only a Pod that asks for no slice and no partition (docs/deploy.md, "The Pod
+webhook and worker outages")."""
 INSTANCE_MUTATE_PATH: Final = f"/mutate-worker-gpustack-ai-{CRD_VERSION}-instance"
 INSTANCE_VALIDATE_PATH: Final = f"/validate-worker-gpustack-ai-{CRD_VERSION}-instance"
 """The Instance admission webhook on the worker's secure port (controller-runtime's spelling:
