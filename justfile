@@ -21,9 +21,11 @@ setup:
 demo *args: setup
     uv run --frozen --no-sync gpustack-operator demo {{args}}
 
-# The whole gate CI runs: lint, types, then the test suite.
+# The whole gate CI runs: lint, types, then the test suite; with no arguments, then the
+# InstanceType walkthrough replay on the stand-in (its own cluster, so its own invocation).
 test *args: lint
     uv run --frozen --no-sync pytest {{args}}
+    [ -n "{{args}}" ] || uv run --frozen --no-sync pytest -p no:cacheprovider tests/e2e/walkthrough
 
 # ruff (lint + format check), mypy --strict on packages/ and simulator/, the layer contracts.
 lint: setup
@@ -137,6 +139,8 @@ controlplane:
     python3 clusters/controlplane/build.py --print-dir
 
 # The e2e suite against a real control plane built from its Go modules (needs Go, root and helm):
-# the local e2e tests, the real-only checks and the client contract and differential suites.
+# the local e2e tests, the real-only checks and the client contract and differential suites, then
+# the InstanceType walkthrough replay on a real control plane of its own.
 e2e-real *args: setup tools-helm controlplane
     GPUSTACK_E2E_CONTROL_PLANE=real uv run --frozen --no-sync pytest -p no:cacheprovider tests/e2e/local tests/contract {{args}}
+    GPUSTACK_E2E_CONTROL_PLANE=real uv run --frozen --no-sync pytest -p no:cacheprovider tests/e2e/walkthrough
