@@ -13,6 +13,7 @@ never from the worker's code; readiness is Kueue's own condition on its objects.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from typing import Any
@@ -45,8 +46,16 @@ def fnv64(text: str) -> str:
     return f"{value:016x}"
 
 
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+"""Kubernetes' rule for an object name (RFC 1123 subdomain, at most 253 characters)."""
+
+
 def derived_pools(nodes: list[dict[str, Any]]) -> set[str]:
-    """The collapsed pools the managed nodes form, by the reference's naming rule."""
+    """The collapsed pools the managed nodes form, by the reference's naming rule.
+
+    A key that is a valid label but makes no valid object name (the demo's ``hygon-k100_ai``)
+    forms no pool: the API server would refuse its objects, and the operator leaves it out.
+    """
     names = set()
     for node in nodes:
         labels = node["metadata"].get("labels") or {}
@@ -58,7 +67,7 @@ def derived_pools(nodes: list[dict[str, Any]]) -> set[str]:
         for key in labels:
             if key.startswith(ACCELERATABLE) and key.endswith(".count"):
                 names.add(f"gpustack--{key[len(ACCELERATABLE) : -len('.count')]}-{platform}")
-    return names
+    return {n for n in names if len(n) <= 253 and DNS_SUBDOMAIN.fullmatch(n)}
 
 
 def _active(obj: dict[str, Any]) -> dict[str, Any] | None:

@@ -148,14 +148,28 @@ def test_an_inactive_type_stops_its_instance(system: System) -> None:
 
 
 def test_an_instance_kueue_cannot_admit_says_pending_in_kueues_words(system: System) -> None:
-    """More cores than the type's ClusterQueue holds: real Kueue keeps the Pod gated and the
-    Instance shows its Workload's reason. Needs the chain's LocalQueue for the type (the
-    InstanceType controller writes one per namespace); without it the Pod is not queued."""
-    made = create(system, cpu_type("e2e-tight"))
-    assert made.returncode == 0, made.stderr
-    entrance = kubectl_json(system, "get", TYPES, "e2e-tight")["metadata"]["labels"][
-        "schedule.gpustack.ai/queue-entrance"
-    ]
+    """More cards than a derived type's ClusterQueue holds: real Kueue keeps the Pod gated and
+    the Instance shows its Workload's reason. Kueue counts the request as the operator's
+    Kueue configuration maps it (``nvidia.com/gpu`` into ``credits.gpustack.ai/nvidia``, a card
+    1,600,000), so the quota that runs out is the credits one. Needs the chain's LocalQueue for
+    the type in the namespace; without it the Pod is not queued."""
+
+    def derived() -> dict[str, Any] | None:
+        listed = kubectl_json(system, "get", TYPES, "-l", "schedule.gpustack.ai/derived-from-node")
+        nvidia = [
+            t
+            for t in listed["items"]
+            if t["spec"].get("manufacturer") == "nvidia"
+            and int((t.get("status") or {}).get("accelerator", {}).get("capacity", 0))
+        ]
+        return nvidia[0] if nvidia else None
+
+    try:
+        chosen = eventually(derived, "a derived NVIDIA InstanceType with cards", timeout=90)
+    except pytest.fail.Exception:
+        pytest.skip("no derived NVIDIA InstanceType with cards (is the chain deriving?)")
+    name = chosen["metadata"]["name"]
+    entrance = chosen["metadata"]["labels"]["schedule.gpustack.ai/queue-entrance"]
 
     def queue() -> bool | None:
         return (
@@ -167,9 +181,10 @@ def test_an_instance_kueue_cannot_admit_says_pending_in_kueues_words(system: Sys
     try:
         eventually(queue, f"LocalQueue {entrance} in {NS}", timeout=30)
     except pytest.fail.Exception:
-        system.kubectl("delete", TYPES, "e2e-tight")
         pytest.skip(f"no LocalQueue {entrance} in {NS}: the InstanceType chain is not deriving")
-    made = create(system, instance("e2e-tight-1", "e2e-tight", cpu="60000"))
+    # Every card of the pool and one more: no quota the pool's flavors give can hold it.
+    cards = str(int(chosen["status"]["accelerator"]["capacity"]) + 1)
+    made = create(system, instance("e2e-tight-1", name, accelerator=cards))
     assert made.returncode == 0, made.stderr
 
     def says() -> dict[str, Any] | None:
@@ -177,12 +192,14 @@ def test_an_instance_kueue_cannot_admit_says_pending_in_kueues_words(system: Sys
         message = found.get("status", {}).get("phaseMessage", "")
         return found if message.startswith("Pending: couldn't assign flavors") else None
 
-    found = eventually(says, "the Instance showing its Workload's Pending reason", timeout=90)
-    assert found["status"]["phase"] == "Starting"
-    admitted = {c["type"]: c for c in found["status"]["conditions"]}["Admitted"]
-    assert (admitted["status"], admitted["reason"]) == ("False", "Pending")
-    pod = kubectl_json(system, "get", "pod", "-n", NS, "e2e-tight-1")
-    assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == entrance
-    assert "kueue.x-k8s.io/admission" in {g["name"] for g in pod["spec"]["schedulingGates"]}
-    system.kubectl("delete", INSTANCES, "-n", NS, "e2e-tight-1", "--wait=false")
-    system.kubectl("delete", TYPES, "e2e-tight")
+    try:
+        found = eventually(says, "the Instance showing its Workload's Pending reason", timeout=90)
+        assert "credits.gpustack.ai/nvidia" in found["status"]["phaseMessage"]
+        assert found["status"]["phase"] == "Starting"
+        admitted = {c["type"]: c for c in found["status"]["conditions"]}["Admitted"]
+        assert (admitted["status"], admitted["reason"]) == ("False", "Pending")
+        pod = kubectl_json(system, "get", "pod", "-n", NS, "e2e-tight-1")
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == entrance
+        assert "kueue.x-k8s.io/admission" in {g["name"] for g in pod["spec"]["schedulingGates"]}
+    finally:
+        system.kubectl("delete", INSTANCES, "-n", NS, "e2e-tight-1", "--wait=false")

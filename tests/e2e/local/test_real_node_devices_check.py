@@ -221,10 +221,10 @@ def test_a_slice_no_card_holds_waits_on_the_checks_retry_and_a_released_card_adm
 
     check = eventually(lambda: _active(system, "admissioncheck", CHECK), "the check Active")
     assert check["spec"]["controllerName"] == "gpustack.ai/node-devices"
-    resources = [f"{base}.sliced", f"{base}.sliced.units", f"{base}.sliced.memory-percentage",
-                 f"{base}.sliced.cores-percentage"]  # fmt: skip
-    quota = {resources[0]: "16", resources[1]: str(16 * UNITS), resources[2]: "1600",
-             resources[3]: "1600"}  # fmt: skip
+    # Kueue counts the slice as the operator's Kueue configuration maps it: its units, one
+    # credit each, in credits.gpustack.ai/<manufacturer> (the slice's other requests left out).
+    resources = [f"credits.gpustack.ai/{target.manufacturer}"]
+    quota = {resources[0]: str(16 * UNITS)}
     _apply(system, [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
          "metadata": {"name": f"{PREFIX}-flavor"},
