@@ -29,7 +29,14 @@ from gpustack_core.derive import (
 from gpustack_core.devices import AcceleratorSpec, AcceleratorStatus, GroupSpec, LogicalSliced
 from gpustack_core.instancetype import InstanceType, InstanceTypeSpec
 from gpustack_core.poolnames import PoolIdentity
-from gpustack_core.pools import NodeProfile, flavors, node_profile, node_profile_of, resource_flavor
+from gpustack_core.pools import (
+    NodeProfile,
+    flavors,
+    node_profile,
+    node_profile_of,
+    pinned_flavor_labels,
+    resource_flavor,
+)
 from gpustack_core.views import cpu_view
 
 G = "general.feature.gpustack.ai/"
@@ -632,3 +639,35 @@ def test_without_mixed_on_node_cpu_flavors_skip_accelerated_nodes() -> None:
     assert [f.name for f in cpu_only] == ["gpustack--amd-epyc-7r13-linux-amd64-16c"]
     node_labels = resource_flavor(cpu_only[0])["spec"]["nodeLabels"]
     assert node_labels["feature.gpustack.ai/cpu-only"] == "true"
+
+
+def test_a_pinned_node_names_the_flavor_it_forms_for_the_pool() -> None:
+    """§6 pins pinned-demo (the T4 type) to node-t4-b: the Pod's selector must name node-t4-b's
+    flavor (§1's nodeLabels form, count 4), not node-t4-a's, which Kueue lists first."""
+
+    def node(name: str, labels: dict[str, str]) -> dict[str, Any]:
+        annotations = {"feature.gpustack.ai/cpu-name": CPU_NAMES[name]}
+        return {"metadata": {"name": name, "labels": labels, "annotations": annotations}}
+
+    t4b = node("node-t4-b", NODES["node-t4-b"])
+    assert pinned_flavor_labels(t4b, "nvidia-tesla-t4") == {
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "gpustack.ai/managed": "true",
+        G + "intel-xeon-platinum-8259cl": "true",
+        A + "nvidia-tesla-t4": "true",
+        A + "nvidia-tesla-t4.count": "4",
+    }
+    # The CPU pool: the node's cores flavor (§1's CPU flavor form).
+    assert pinned_flavor_labels(node("node-cpu", NODES["node-cpu"]), None) == {
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "gpustack.ai/managed": "true",
+        G + "amd-epyc-7r13": "true",
+        G + "amd-epyc-7r13.count": "16",
+    }
+    # No flavor of that pool on the node, or the node unmanaged: nothing beyond the hostname.
+    assert pinned_flavor_labels(t4b, "nvidia-a10g") == {}
+    assert pinned_flavor_labels(node("node-cpu", NODES["node-cpu"]), "nvidia-tesla-t4") == {}
+    gone = node("node-t4-b", {**NODES["node-t4-b"], "gpustack.ai/managed": "false"})
+    assert pinned_flavor_labels(gone, "nvidia-tesla-t4") == {}

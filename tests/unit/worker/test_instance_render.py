@@ -237,6 +237,18 @@ def test_volumes_node_pinning_and_pull_settings() -> None:
     assert emptied["spec"]["volumes"] == [{"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}}]
     unknown_host = render_pod(instance(nodeName="n1"), PodInputs())
     assert unknown_host["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "n1"}
+    flavor = {"gpustack.ai/managed": "true", "acceleratable.feature.gpustack.ai/x.count": "4"}
+    steered = render_pod(instance(nodeName="n1"), PodInputs(hostname="h1", pinned_flavor=flavor))
+    # The pin stays one selector entry (walkthrough §6); the flavor is said as Kueue reads it.
+    assert steered["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "h1"}
+    (term,) = steered["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert sorted(term["matchExpressions"], key=lambda e: e["key"]) == [
+        {"key": "acceleratable.feature.gpustack.ai/x.count", "operator": "In", "values": ["4"]},
+        {"key": "gpustack.ai/managed", "operator": "In", "values": ["true"]},
+    ]
+    valid(steered)
 
 
 def test_rendering_is_deterministic() -> None:

@@ -255,6 +255,31 @@ def flavors(nodes: Iterable[NodeProfile], *, mixed_on_node: bool = True) -> tupl
     return tuple(sorted(found, key=lambda f: f.name))
 
 
+def pinned_flavor_labels(
+    node: Mapping[str, Any], accelerator_key: str | None, *, mixed_on_node: bool = True
+) -> dict[str, str]:
+    """The ``spec.nodeLabels`` of the flavor ``node`` forms for a pool, or nothing.
+
+    ``accelerator_key``: the pool's accelerator (``nvidia-tesla-t4``); ``None`` for a CPU
+    pool. An Instance pinned to a node (``spec.nodeName``) carries these in its Pod's
+    ``nodeSelector`` beside the hostname: Kueue matches a Pod's selectors against its flavors'
+    ``nodeLabels`` (on the keys flavors use, never the hostname), so a pin into a pool of
+    several flavors (the walkthrough's T4s: node-t4-a's ``1d``, node-t4-b's ``4d``) is assigned
+    the pinned node's flavor instead of the first with quota, where it could never run. Empty
+    when the node forms no flavor of the pool (unmanaged, another accelerator): the pin is then
+    the hostname alone and the scheduler's business, as the reference leaves it.
+    """
+    profile = node_profile_of(node).profile
+    if profile is None:
+        return {}
+    for flavor in flavors([profile], mixed_on_node=mixed_on_node):
+        key = flavor.accelerator.key if flavor.accelerator is not None else None
+        if key == accelerator_key:
+            labels: dict[str, str] = resource_flavor(flavor)["spec"]["nodeLabels"]
+            return labels
+    return {}
+
+
 def resource_flavor(flavor: Flavor) -> dict[str, Any]:
     """The Kueue ``ResourceFlavor`` of ``flavor``, labels and ``spec.nodeLabels`` as §1 shows.
 

@@ -30,6 +30,7 @@ from gpustack_core import contract
 from gpustack_core.decoding import ContractError
 from gpustack_core.instance import Condition, Instance, InstanceStatus, instance_from_object
 from gpustack_core.instancetype import InstanceType, instancetype_from_object
+from gpustack_core.pools import pinned_flavor_labels
 from gpustack_core.settings import Settings
 from gpustack_kube.client import AlreadyExists, ApiError, Conflict, KubeClient, KubeError, NotFound
 from gpustack_kube.informer import Informer, Key
@@ -131,9 +132,14 @@ def _template_hash(pod: Mapping[str, Any]) -> str:
     Kueue's queue label is left out: whether a LocalQueue serves the Pod is decided when it is
     created, and a queue appearing later (Kueue installed, a namespace's queue written after
     the Instance) must not restart Instances that already run; their next start queues them.
+    So is a pinned Pod's node affinity: the pinned node's flavor labels steer Kueue
+    (``PodInputs.pinned_flavor``) and follow the node's labels, which an administrator may
+    change (§2's managed flip) without that being a change to the Instance; the pin itself,
+    the hostname ``nodeSelector``, is kept.
     """
     labels = {k: v for k, v in (pod["metadata"].get("labels") or {}).items() if k != QUEUE_LABEL}
-    canonical = json.dumps({"labels": labels, "spec": pod["spec"]}, sort_keys=True)
+    spec = {k: v for k, v in pod["spec"].items() if k != "affinity"}
+    canonical = json.dumps({"labels": labels, "spec": spec}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -444,6 +450,7 @@ class InstanceController:
     def _inputs(self, instance: Instance) -> tuple[PodInputs, str | None]:
         """What rendering needs beyond the Instance, and why it may not run (its type)."""
         manufacturer = queue = None
+        pool: InstanceType | None = None
         if instance.spec.type:
             found = self.types.get("", instance.spec.type)
             if found is None:
@@ -453,16 +460,25 @@ class InstanceController:
                 return PodInputs(), why
             manufacturer = found.spec.manufacturer or None
             queue = found.queue or None  # where Kueue serves it: decided by the caller
+            pool = found
         hostname = None
+        pinned: dict[str, str] = {}
         if instance.spec.node_name:
             node = self.nodes.get("", instance.spec.node_name)
             hostname = _labels(node or {}).get(HOSTNAME_LABEL)
+            if node is not None and pool is not None:
+                spec = pool.spec
+                accelerator = spec.accelerator_group if spec.acceleratable else None
+                pinned = pinned_flavor_labels(
+                    node, accelerator, mixed_on_node=self.settings.instance_type_mixed_on_node
+                )
         runtime = RUNTIME_CLASSES.get(manufacturer or "")
         return (
             PodInputs(
                 manufacturer=manufacturer,
                 queue=queue,
                 hostname=hostname,
+                pinned_flavor=pinned,
                 runtime_class=runtime if runtime in self.runtime_classes else None,
                 sshd_image=self.settings.instance_ssh_server_image,
                 overcommit=Overcommit(

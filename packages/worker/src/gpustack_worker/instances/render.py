@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
@@ -72,6 +72,10 @@ class PodInputs:
     """The type's LocalQueue (its ``entrance``): the Pod then waits for Kueue's admission."""
     hostname: str | None = None
     """The ``kubernetes.io/hostname`` label of ``spec.nodeName``'s Node (not always the name)."""
+    pinned_flavor: Mapping[str, str] = field(default_factory=dict)
+    """With ``spec.nodeName``: the ``nodeLabels`` of the flavor that node forms for the type's
+    pool (:func:`gpustack_core.pools.pinned_flavor_labels`), so Kueue assigns that flavor
+    (:func:`pinned_affinity`)."""
     runtime_class: str | None = None
     """The manufacturer's RuntimeClass when the cluster has it."""
     sshd_image: str = ""
@@ -79,6 +83,23 @@ class PodInputs:
     overcommit: Overcommit = Overcommit()
     resource_base: str | None = None
     """``GPUSTACK_<MFR>_RESOURCE_NAME`` where the cluster overrides the default base."""
+
+
+def pinned_affinity(flavor_labels: Mapping[str, str]) -> dict[str, Any]:
+    """A required node affinity on the pinned node's flavor labels, one ``In`` each.
+
+    The pin itself stays the walkthrough's one ``nodeSelector`` entry (the hostname); these
+    terms say the same node in the words Kueue reads — it matches a Pod's selectors against its
+    flavors' ``nodeLabels`` on the keys flavors use — so Kueue assigns the pinned node's flavor
+    rather than the first one with quota, where the Pod could never be scheduled. The node
+    carries every one of these labels, so the scheduler's choice is unchanged.
+    """
+    expressions = [
+        {"key": key, "operator": "In", "values": [value]}
+        for key, value in sorted(flavor_labels.items())
+    ]
+    required = {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
 
 
 def owner_reference(instance: Instance) -> dict[str, Any]:
@@ -282,6 +303,8 @@ def render_pod(instance: Instance, inputs: PodInputs) -> dict[str, Any]:
         pod_spec["imagePullSecrets"] = [{"name": spec.image_pull_secret}]
     if spec.node_name:
         pod_spec["nodeSelector"] = {HOSTNAME_LABEL: inputs.hostname or spec.node_name}
+        if inputs.pinned_flavor:
+            pod_spec["affinity"] = pinned_affinity(inputs.pinned_flavor)
     if inputs.runtime_class:
         pod_spec["runtimeClassName"] = inputs.runtime_class
     return {
