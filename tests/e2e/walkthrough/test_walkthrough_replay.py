@@ -845,6 +845,8 @@ def test_section_6_pinning_an_instance_and_adding_volumes(replay: Replay) -> Non
                             "gpustack--nvidia-tesla-t4-linux-amd64")  # fmt: skip
         else:
             replay.not_queued(pod)
+            # Unqueued, the Pod is as the Instance controller rendered it: one selector entry.
+            assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-t4-b"}
         (main,) = [c for c in pod["spec"]["containers"] if c["name"] == "main"]
         mounts = {m["mountPath"]: m for m in main["volumeMounts"]}
         assert "/workspace" in mounts
