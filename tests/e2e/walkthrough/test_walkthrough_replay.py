@@ -661,8 +661,14 @@ def test_section_1_initial_state(replay: Replay) -> None:
     node = replay.json("get", "node", "node-a10g")
     labels = node["metadata"]["labels"]
     assert {k: labels.get(k) for k in NODE_A10G["labels"]} == NODE_A10G["labels"]
-    devices = replay.json("get", "devices", "node-a10g")
-    assert devices["metadata"]["labels"] == DEVICES_A10G["metadata"]["labels"]
+
+    def stamped() -> dict[str, Any] | None:  # the worker stamps its keys beside the DM's
+        found: dict[str, Any] = replay.json("get", "devices", "node-a10g")
+        return (
+            found if found["metadata"].get("labels") == DEVICES_A10G["metadata"]["labels"] else None
+        )
+
+    devices = eventually(stamped, "the Devices node-a10g labelled as §1 shows", WAIT)
     assert devices["status"] == DEVICES_A10G["status"]
 
     stored = replay.json("get", "instancetype", "gpustack--nvidia-a10g-linux-amd64")
