@@ -18,6 +18,8 @@ setup:
     uv run --frozen --no-sync python -m compileall -q packages simulator/src
 
 # The main job on its embedded default: the simulator cluster up, its figures live (--once: print once).
+# ./dev demo runs setup and then execs the demo itself: under just, Ctrl-C would end in
+# "error: interrupted by SIGINT" and exit 130.
 demo *args: setup
     uv run --frozen --no-sync gpustack-operator demo {{args}}
 

@@ -1,11 +1,13 @@
 """The demo's tables at 80 columns, and Ctrl-C ending the live demo cleanly (exit 0)."""
 
+import itertools
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import msgspec
 import pytest
 from rich.console import Console
@@ -13,7 +15,7 @@ from rich.console import Console
 from gpustack_cli import live_demo
 from gpustack_cli.demo_view import accelerator_table, pod_table, short_ids
 from gpustack_simulator.demo import DemoRow, demo_metrics, load_demo
-from gpustack_simulator.up import Endpoints, UpError
+from gpustack_simulator.up import DeviceManagerEndpoint, Endpoints, UpError
 
 MODES = ("Exclusive", "Shared", "Sliced", "Partitioned", "Visibility")
 
@@ -127,6 +129,9 @@ class _Reader:
     def excerpt(self, lines: int = 12) -> list[str]:
         return ["# from https://127.0.0.2:32443/metrics", "gpustack_instance_cpu 1"]
 
+    def arriving(self, rows: list[DemoRow]) -> set[str]:
+        return set()
+
     def rows(self) -> tuple[list[DemoRow], list[str]]:
         _Reader.reads += 1
         if _Reader.reads > 1:
@@ -221,6 +226,9 @@ class Reader:
     def excerpt(self, lines=12):
         return ["# from https://127.0.0.2:32443/metrics", "gpustack_instance_cpu 1"]
 
+    def arriving(self, rows):
+        return set()
+
     def rows(self):
         return demo_metrics(load_demo()), []
 
@@ -260,3 +268,159 @@ def test_a_signal_to_the_whole_process_group_ends_the_demo_cleanly(
     assert demo.returncode == 0, errors
     assert "Traceback" not in errors
     assert rest.splitlines()[-2:] == ["stopping …", "stopped cluster, worker"]
+
+
+# -- the first screen (issue #31, "First contact") ---------------------------------------------
+
+
+class _Clock:
+    """``live_demo.time`` in virtual seconds: ``sleep`` advances it, nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    @staticmethod
+    def strftime(fmt: str) -> str:
+        return "12:00:00"
+
+
+class _SlowReader:
+    """Three Instances never report accelerators (by design, as in the demo), the exporter's
+    first round is late, and the third read of the rows is a Ctrl-C."""
+
+    shown_at: list[float] = []
+    clock = _Clock()
+
+    def __init__(self, state_dir: Path, endpoints: Endpoints) -> None:
+        self.endpoints = endpoints
+
+    def close(self) -> None:
+        pass
+
+    def excerpt(self, lines: int = 12) -> list[str]:
+        return ["# from https://127.0.0.2:32443/metrics"]  # no series yet, ever
+
+    def arriving(self, rows: list[DemoRow]) -> set[str]:
+        return set()
+
+    def rows(self) -> tuple[list[DemoRow], list[str]]:
+        _SlowReader.shown_at.append(_SlowReader.clock.now)
+        if len(_SlowReader.shown_at) > 3:
+            raise KeyboardInterrupt
+        rows = demo_metrics(load_demo())
+        for row in rows[:3]:
+            sample = msgspec.structs.replace(row.metrics.sample, accelerators=None)
+            rows[rows.index(row)] = row._replace(
+                metrics=msgspec.structs.replace(row.metrics, sample=sample)
+            )
+        return rows, []
+
+
+def test_the_first_screen_shows_as_soon_as_the_stack_answers(
+    stand_ins: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the first screen waited for every Instance to report accelerators (three never
+    do) and for the exporter's first round, so it came after the 20-30 s deadlines."""
+    clock = _SlowReader.clock = _Clock()
+    _SlowReader.shown_at = []
+    monkeypatch.setattr(live_demo, "Reader", _SlowReader)
+    monkeypatch.setattr(live_demo, "time", clock)
+    console = Console(width=120, record=True, color_system=None)
+    assert live_demo.run_live_demo(tmp_path, once=False, console=console) == 0
+    text = console.export_text()
+    first = text.index("InstanceMetrics through the aggregator")
+    assert clock.now >= 10  # it did go on refreshing
+    # Within a second of `up` returning (virtual time: nothing else waited before it).
+    assert _SlowReader.shown_at[0] < 1.0, _SlowReader.shown_at
+    assert "still arriving" in text[first:]  # the exporter's excerpt is marked, not waited for
+    # Screens every 5 s, counted from each screen's start (a slow read does not add to it).
+    assert [b - a for a, b in itertools.pairwise(_SlowReader.shown_at)] == [5.0, 5.0, 5.0]
+
+
+def _without_accelerators(row: DemoRow) -> DemoRow:
+    sample = msgspec.structs.replace(row.metrics.sample, accelerators=None)
+    return row._replace(metrics=msgspec.structs.replace(row.metrics, sample=sample))
+
+
+def test_arriving_is_a_running_pod_on_a_device_managers_node_without_figures() -> None:
+    """Which Instances without accelerators are still arriving, from the Pods the API lists:
+    stopped (no Pod), pending, or on a node without a Device Manager are not."""
+    rows = [_without_accelerators(r) for r in demo_metrics(load_demo())[:4]]
+    rows.append(demo_metrics(load_demo())[4])  # has its figures
+    uids = [r.metrics.metadata.uid for r in rows]
+    pods = [
+        {"metadata": {"labels": {"app.kubernetes.io/part-of": uids[0]}},
+         "spec": {"nodeName": "gpu-node-1"}, "status": {"phase": "Running"}},
+        {"metadata": {"labels": {"app.kubernetes.io/part-of": uids[1]}},
+         "spec": {"nodeName": "gpu-node-1"}, "status": {"phase": "Pending"}},
+        {"metadata": {"labels": {"app.kubernetes.io/part-of": uids[2]}},
+         "spec": {"nodeName": "cpu-node-1"}, "status": {"phase": "Running"}},
+        {"metadata": {"labels": {"app.kubernetes.io/part-of": uids[4]}},
+         "spec": {"nodeName": "gpu-node-1"}, "status": {"phase": "Running"}},
+    ]  # fmt: skip  # uids[3]: no Pod at all (a stopped Instance)
+    asked: list[str] = []
+
+    def api(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        return httpx.Response(200, json={"kind": "PodList", "items": pods})
+
+    reader = live_demo.Reader.__new__(live_demo.Reader)
+    reader.api = httpx.Client(base_url="https://api.invalid", transport=httpx.MockTransport(api))
+    reader.endpoints = Endpoints(scenario="demo", cluster="c", worker="w", kubeconfig="k",
+                                 device_managers=[_dm("gpu-node-1")])  # fmt: skip
+    first = rows[0].metrics.metadata
+    assert reader.arriving(rows) == {f"{first.namespace}/{first.name}"}
+    assert asked == ["https://api.invalid/api/v1/pods?labelSelector=app.kubernetes.io%2Fpart-of"]
+    asked.clear()
+    assert reader.arriving(rows[4:]) == set()
+    assert asked == []  # every Instance has its figures: nothing to ask
+
+
+def _dm(node: str) -> DeviceManagerEndpoint:
+    return DeviceManagerEndpoint(
+        node=node, manufacturer="nvidia", namespace="gpustack-system", pod=f"dm-{node}",
+        address="127.0.0.2:1", metrics="https://127.0.0.2:1/metrics",
+        snapshot="https://127.0.0.2:1/monitor/snapshot", log="l",
+    )  # fmt: skip
+
+
+def test_once_waits_only_for_what_is_arriving(
+    stand_ins: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--once``: Instances that never report accelerators do not hold the one screen; one
+    whose Device Manager is late does, until it answers."""
+    clock = _Clock()
+    reads: list[float] = []
+
+    class Late(_SlowReader):
+        def excerpt(self, lines: int = 12) -> list[str]:
+            return ["# from https://127.0.0.2:32443/metrics", "gpustack_instance_cpu 1"]
+
+        def rows(self) -> tuple[list[DemoRow], list[str]]:
+            reads.append(clock.now)
+            rows = demo_metrics(load_demo())
+            late = 1 if len(reads) < 3 else 0  # the second Instance's figures come third
+            return [_without_accelerators(rows[0]), *([_without_accelerators(rows[1])] * late),
+                    *rows[2 - (1 - late):]], []  # fmt: skip
+
+        def arriving(self, rows: list[DemoRow]) -> set[str]:
+            second = demo_metrics(load_demo())[1].metrics.metadata
+            key = f"{second.namespace}/{second.name}"
+            return {key} if len(reads) < 3 else set()
+
+    monkeypatch.setattr(live_demo, "Reader", Late)
+    monkeypatch.setattr(live_demo, "time", clock)
+    console = Console(width=120, record=True, color_system=None)
+    assert live_demo.run_live_demo(tmp_path, once=True, console=console) == 0
+    assert reads == [0.0, 0.5, 1.0]  # not the 20 s deadline
+    text = console.export_text()
+    assert text.count("InstanceMetrics through the aggregator") == 1
+    assert "still arriving" not in text

@@ -305,6 +305,8 @@ def _wait_settled(process: _Started, endpoint: DeviceManagerEndpoint, deadline: 
 
 
 WEBHOOK_EXCLUDED_NAMESPACES = ("gpustack-system", "kube-system")
+LOG_LEVEL = "info"
+"""The stack's default log level: the daemons' own (warning hid the Device Managers' reasons)."""
 
 
 def webhook_configurations(worker_url: str, worker_ca: bytes) -> list[dict[str, Any]]:
@@ -615,11 +617,13 @@ def device_manager_command(
     port: int,
     monitor_period: str,
     kubelets: Path | None = None,
+    log_level: str | None = None,
 ) -> list[str]:
     """``device-manager serve --simulate`` for one scenario Device Manager, as a node runs it.
 
     ``kubelets``: the fake kubelets' root; the manager is then its node's device plugin (and
     confirms grants against that kubelet's PodResources). Without it, no plugin.
+    ``log_level``: ``--log-level`` (``None``: the daemon's default, info).
     """
     if kubelets is None:
         plugin = ["--no-device-plugin"]
@@ -654,6 +658,7 @@ def device_manager_command(
         "--monitor-period",
         monitor_period,
         *plugin,
+        *([] if log_level is None else ["--log-level", log_level]),
     )
 
 
@@ -666,6 +671,7 @@ def _start_device_managers(
     monitor_period: str,
     started: list[_Started],
     kubelets: Path | None,
+    log_level: str = LOG_LEVEL,
 ) -> list[DeviceManagerEndpoint]:
     """One ``device-manager serve --simulate`` per scenario Device Manager, on its address.
 
@@ -690,6 +696,7 @@ def _start_device_managers(
                     port=dm_port,
                     monitor_period=monitor_period,
                     kubelets=kubelets,
+                    log_level=log_level,
                 ),
                 logs,
                 env={"KUBERNETES_NODE_NAME": dm.node},
@@ -720,6 +727,7 @@ def _start_fleet(
     monitor_period: str,
     started: list[_Started],
     kubelets: Path | None,
+    log_level: str = LOG_LEVEL,
 ) -> list[DeviceManagerEndpoint]:
     """Every scenario Device Manager in one fleet-host process (gpustack_cli.fleet_host).
 
@@ -773,7 +781,14 @@ def _start_fleet(
     started.append(
         _spawn(
             FLEET_PROCESS,
-            [sys.executable, "-m", "gpustack_cli.fleet_host", str(spec_file)],
+            [
+                sys.executable,
+                "-m",
+                "gpustack_cli.fleet_host",
+                str(spec_file),
+                "--log-level",
+                log_level,
+            ],
             state_dir / "logs",
         )
     )
@@ -799,7 +814,12 @@ def _settle_fleet(host: _Started, managers: list[DeviceManagerEndpoint], deadlin
 
 
 def _start_worker(
-    kubeconfig: Path, port: int, tls: Path, monitor_period: str, logs: Path
+    kubeconfig: Path,
+    port: int,
+    tls: Path,
+    monitor_period: str,
+    logs: Path,
+    log_level: str = LOG_LEVEL,
 ) -> _Started:
     """The worker, as the chart runs it, on loopback with the certificate minted for it."""
     return _spawn(
@@ -818,6 +838,8 @@ def _start_worker(
             str(tls),
             "--device-manager-monitor-period",
             monitor_period,
+            "--log-level",
+            log_level,
             # The Instance controller is on (the CLI's default): it renders the Instances a
             # scenario applies and leaves the scenario's own (worker.gpustack.ai/managed-by).
         ),
@@ -881,8 +903,12 @@ def up(
     monitor_period: str = "2s",
     timeout: float = START_TIMEOUT,
     fleet: bool = True,
+    log_level: str = LOG_LEVEL,
 ) -> Endpoints:
     """Start everything for ``scenario``; return once all answer. ``UpError`` otherwise.
+
+    ``log_level``: the Device Managers' and the worker's (their logs under ``logs/``; the
+    Device Manager says there why a figure is absent).
 
     ``fleet``: every Device Manager in one process (:mod:`gpustack_simulator.fleet_host`), the
     default; ``False``: one ``device-manager serve`` process each, as nodes run them. Each
@@ -931,9 +957,17 @@ def up(
 
         start_managers = _start_fleet if fleet else _start_device_managers
         managers = start_managers(
-            expanded, addresses, dm_port, state_dir, kubeconfig, monitor_period, started, kubelets
+            expanded,
+            addresses,
+            dm_port,
+            state_dir,
+            kubeconfig,
+            monitor_period,
+            started,
+            kubelets,
+            log_level,
         )
-        worker = _start_worker(kubeconfig, worker_port, worker_tls, monitor_period, logs)
+        worker = _start_worker(kubeconfig, worker_port, worker_tls, monitor_period, logs, log_level)
         started.append(worker)
 
         if fleet:

@@ -13,6 +13,8 @@ from rich.text import Text
 from gpustack_simulator.demo import DemoRow, demo_metrics, load_demo
 
 ABSENT = "—"
+ARRIVING = "…"
+"""Grants of an Instance whose Device Manager has not answered yet (a row noting it, live_demo)."""
 """Shown for an absent figure: unmeasured is not zero, and must not look like it."""
 
 
@@ -111,7 +113,7 @@ class PodView:
             table.add_row(
                 name,
                 *(pair.replace(" / ", "\n/ ") if stacked else pair for pair in pairs),
-                ABSENT if sample.accelerators is None else str(len(sample.accelerators)),
+                _grants(row),
             )
         return table
 
@@ -120,6 +122,14 @@ class PodView:
         flat = self.table(stacked=False)
         natural = console.measure(flat, options=options.update_width(10_000)).maximum
         yield flat if natural <= options.max_width else self.table(stacked=True)
+
+
+def _grants(row: DemoRow) -> str:
+    """The grant count; absent (no Device Manager answered), or arriving when the row says so."""
+    accelerators = row.metrics.sample.accelerators
+    if accelerators is not None:
+        return str(len(accelerators))
+    return ARRIVING if ARRIVING in row.notes else ABSENT
 
 
 def pod_table(rows: list[DemoRow], *, title: str) -> PodView:

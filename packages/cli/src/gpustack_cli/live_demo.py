@@ -14,13 +14,18 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import msgspec
 from rich.console import Console
 
-from gpustack_cli.demo_view import accelerator_table, pod_table
+from gpustack_cli.demo_view import ARRIVING, accelerator_table, pod_table
+from gpustack_cli.hints import self_command
+from gpustack_core import contract
 from gpustack_core.instance_metrics import InstanceMetrics
 from gpustack_kube.paths import INSTANCES
 from gpustack_simulator.demo import DemoRow
@@ -29,6 +34,12 @@ from gpustack_simulator.up import Endpoints, UpError, down, up
 V1 = "/apis/worker.gpustack.ai/v1"
 INSTANCES_V1 = INSTANCES.with_version("v1")
 REFRESH_SECONDS = 5.0
+"""Screens start this far apart, however long a read takes (as the README promises)."""
+ONCE_SETTLE_SECONDS = 20.0
+"""``--once`` prints one screen: it waits this long at most for what is still arriving."""
+READERS = 8
+"""Concurrent metrics reads: one pass over the demo's 37 Instances one by one took 5-10 s on
+two busy cores, each read a round trip through the aggregator to the worker."""
 EXCERPT_FAMILIES = (
     "gpustack_instance_cpu_used_millicores",
     "gpustack_instance_accelerator_memory_used_mib",
@@ -61,12 +72,16 @@ class Reader:
         """Every Instance's metrics (rows) and the Instances that answered otherwise (why)."""
         listed = self.api.get(INSTANCES_V1.path())
         listed.raise_for_status()
+        metas = [item["metadata"] for item in listed.json()["items"]]
+
+        def read(meta: dict[str, Any]) -> httpx.Response:
+            return self.api.get(INSTANCES_V1.path(meta["namespace"], meta["name"], "metrics"))
+
+        with ThreadPoolExecutor(READERS) as pool:
+            answers = list(pool.map(read, metas))
         rows: list[DemoRow] = []
         problems: list[str] = []
-        for item in listed.json()["items"]:
-            meta = item["metadata"]
-            path = INSTANCES_V1.path(meta["namespace"], meta["name"], "metrics")
-            answer = self.api.get(path)
+        for meta, answer in zip(metas, answers, strict=True):
             if answer.status_code != 200:
                 message = answer.json().get("message", answer.text)
                 problems.append(
@@ -78,10 +93,39 @@ class Reader:
         rows.sort(key=lambda r: (r.metrics.metadata.namespace, r.metrics.metadata.name))
         return rows, problems
 
+    def arriving(self, rows: list[DemoRow]) -> set[str]:
+        """The Instances (``ns/name``) whose accelerator figures are still on their way.
+
+        An Instance without ``accelerators`` is one no Device Manager answered for. That is
+        for good where its Pod is not running or runs on a node without a Device Manager (a
+        stopped or pending Instance, a CPU node); it is still arriving where its Pod runs on
+        a node whose Device Manager has not sampled it yet. Read from the Pods as the API
+        lists them, and the Device Managers ``up`` started.
+        """
+        absent = {
+            r.metrics.metadata.uid: _key(r) for r in rows if r.metrics.sample.accelerators is None
+        }
+        if not absent:
+            return set()
+        listed = self.api.get("/api/v1/pods", params={"labelSelector": contract.PART_OF_LABEL})
+        listed.raise_for_status()
+        served = {dm.node for dm in self.endpoints.device_managers}
+        out = set()
+        for pod in listed.json()["items"]:
+            owner = (pod["metadata"].get("labels") or {}).get(contract.PART_OF_LABEL)
+            node = (pod.get("spec") or {}).get("nodeName")
+            running = (pod.get("status") or {}).get("phase") == "Running"
+            if owner in absent and running and node in served:
+                out.add(absent[owner])
+        return out
+
     def excerpt(self, lines: int = 12) -> list[str]:
         """A few of the exporter's series from the first Device Manager."""
         first = self.endpoints.device_managers[0]
-        text = self.device_managers.get(first.metrics).text
+        try:
+            text = self.device_managers.get(first.metrics).text
+        except httpx.HTTPError as exc:
+            text = f"# {exc}"
         chosen = [line for line in text.splitlines() if line.startswith(EXCERPT_FAMILIES)]
         return [f"# from {first.metrics} ({first.manufacturer} on {first.node})", *chosen[:lines]]
 
@@ -96,18 +140,71 @@ def _token(kubeconfig: Path, user: str) -> str:
     raise UpError(f"{kubeconfig} has no user {user!r}")
 
 
-def show(console: Console, reader: Reader, state_dir: Path, *, once: bool = False) -> None:
-    """One screen: the Instances' figures, an exporter excerpt, how to explore by hand."""
-    rows, problems = reader.rows()
+def _key(row: DemoRow) -> str:
+    return f"{row.metrics.metadata.namespace}/{row.metrics.metadata.name}"
+
+
+@dataclass(frozen=True)
+class Screen:
+    """One read of everything a screen shows."""
+
+    rows: list[DemoRow]
+    problems: list[str]
+    """Instances that answered otherwise than 200, with the answer."""
+    arriving: set[str]
+    """Instances (``ns/name``) whose Device Manager has not answered for them yet."""
+    excerpt: list[str]
+    """The exporter's series, after a ``# from …`` line; only that line before its first round."""
+
+    @classmethod
+    def read(cls, reader: Reader) -> Screen:
+        """Read the Instances, what is arriving and the exporter excerpt."""
+        rows, problems = reader.rows()
+        return cls(rows, problems, reader.arriving(rows), reader.excerpt())
+
+    @property
+    def complete(self) -> bool:
+        """Nothing is still on its way (Instances that never report accelerators aside)."""
+        return not self.arriving and not self.problems and len(self.excerpt) > 1
+
+
+def show(console: Console, reader: Reader, state_dir: Path, *, once: bool = False) -> bool:
+    """One screen: the Instances' figures, an exporter excerpt, how to explore by hand.
+
+    Shown with whatever has arrived; what has not is marked (``…`` in Grants and a line naming
+    the Instances, a line under the exporter's). Returns whether everything had arrived.
+    """
+    screen = Screen.read(reader)
+    render(console, screen, reader.endpoints.kubeconfig, state_dir, once=once)
+    return screen.complete
+
+
+def render(
+    console: Console, screen: Screen, kubeconfig: str, state_dir: Path, *, once: bool = False
+) -> None:
+    """Print ``screen``."""
     stamp = time.strftime("%H:%M:%S")
+    rows = [
+        r._replace(notes=[*r.notes, ARRIVING]) if _key(r) in screen.arriving else r
+        for r in screen.rows
+    ]
     console.print(pod_table(rows, title=f"InstanceMetrics through the aggregator at {stamp}"))
     console.print(accelerator_table(rows))
-    for problem in problems:
+    for problem in screen.problems:
         console.print(f"[yellow]{problem}[/yellow]")
-    console.print("\n".join(reader.excerpt()), highlight=False, soft_wrap=True)
-    kubeconfig = reader.endpoints.kubeconfig
+    if screen.arriving:
+        console.print(
+            f"[dim]{ARRIVING} still arriving: the Device Manager's first sample for "
+            f"{', '.join(sorted(screen.arriving))}[/dim]",
+            highlight=False,
+            soft_wrap=True,
+        )
+    excerpt = screen.excerpt
+    if len(excerpt) < 2:
+        excerpt = [*excerpt, "# (its first round is still arriving)"]
+    console.print("\n".join(excerpt), highlight=False, soft_wrap=True)
     lead = (
-        f"\nTo keep it running: gpustack-operator simulator up --state-dir {state_dir}; then:\n"
+        f"\nTo keep it running: {self_command()} simulator up --state-dir {state_dir}; then:\n"
         if once
         else "\nExplore it with kubectl while the demo runs:\n"
     )
@@ -157,31 +254,6 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _settled_shape(reader: Reader) -> tuple[int, ...] | None:
-    """Accelerator entries per Instance; ``None`` while any answers otherwise or has none known."""
-    rows, problems = reader.rows()
-    if problems or any(r.metrics.sample.accelerators is None for r in rows):
-        return None
-    return tuple(len(r.metrics.sample.accelerators or ()) for r in rows)
-
-
-def _wait_settled(reader: Reader, deadline: float) -> None:
-    """Until every Instance answers and two reads 0.5 s apart agree on its accelerators.
-
-    ``up`` returns as soon as every daemon serves; in the demo's first second a worker read
-    can still meet a Device Manager whose first snapshot is being fetched. The first screen
-    (the only one with ``--once``) should show the settled system; after the deadline it shows
-    whatever answers, problems included.
-    """
-    previous = _settled_shape(reader)
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
-        current = _settled_shape(reader)
-        if current is not None and current == previous:
-            return
-        previous = current
-
-
 def _run(console: Console, state_dir: Path, *, once: bool, scenario: str) -> int:
     console.print(f"starting the stand-in, the Device Managers and the worker ({scenario}) …")
     started = time.monotonic()
@@ -199,16 +271,17 @@ def _run(console: Console, state_dir: Path, *, once: bool, scenario: str) -> int
     reader: Reader | None = None
     try:
         reader = Reader(state_dir.resolve(), endpoints)
-        deadline = time.monotonic() + 30
-        while len(reader.excerpt()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.5)  # the exporter publishes after its first round
-        _wait_settled(reader, min(deadline, time.monotonic() + 20))
+        if once:
+            _once(console, reader, state_dir.resolve())
+            return 0
+        # The first screen as soon as the stack answers, what is missing marked; then one
+        # every REFRESH_SECONDS from the start of the last, so a slow read does not stretch it.
+        due = time.monotonic()
         while True:
-            show(console, reader, state_dir.resolve(), once=once)
-            if once:
-                return 0
+            show(console, reader, state_dir.resolve())
             console.print(f"[dim]refreshing every {REFRESH_SECONDS:g}s; Ctrl-C stops[/dim]")
-            time.sleep(REFRESH_SECONDS)
+            due += REFRESH_SECONDS
+            time.sleep(max(due - time.monotonic(), 0.0))
     except KeyboardInterrupt:
         console.print("stopping …")
         return 0
@@ -219,6 +292,20 @@ def _run(console: Console, state_dir: Path, *, once: bool, scenario: str) -> int
         if reader is not None:
             reader.close()
         _stop(console, state_dir)
+
+
+def _once(console: Console, reader: Reader, state_dir: Path) -> None:
+    """``--once``: the one screen, once what is still arriving has arrived (or at a deadline).
+
+    Only what :class:`Screen` counts as arriving is waited for: an Instance that will never
+    have accelerators (stopped, pending, on a CPU node) does not hold the screen.
+    """
+    deadline = time.monotonic() + ONCE_SETTLE_SECONDS
+    screen = Screen.read(reader)
+    while not screen.complete and time.monotonic() < deadline:
+        time.sleep(0.5)
+        screen = Screen.read(reader)
+    render(console, screen, reader.endpoints.kubeconfig, state_dir, once=True)
 
 
 def _stop(console: Console, state_dir: Path, *, interrupted: str = "") -> None:

@@ -745,6 +745,14 @@ def sim_up(
             "network namespace (needs root, Go and helm).",
         ),
     ] = "standin",
+    log_level: Annotated[
+        str,
+        typer.Option(
+            callback=_log_level,
+            help="The Device Managers' and the worker's log level (debug, info, warning or"
+            " error); their logs are under --state-dir's logs/.",
+        ),
+    ] = "info",
 ) -> None:
     """Start the stand-in, its Device Managers and the worker in the background; wait for all."""
     from gpustack_simulator.up import UpError, up
@@ -759,7 +767,13 @@ def sim_up(
 
             endpoints = up_real(scenario, state_dir, monitor_period=monitor_period)
         else:
-            endpoints = up(scenario, state_dir, monitor_period=monitor_period, fleet=fleet)
+            endpoints = up(
+                scenario,
+                state_dir,
+                monitor_period=monitor_period,
+                fleet=fleet,
+                log_level=log_level,
+            )
     except (UpError, OSError) as exc:  # OSError: a state directory that cannot be written
         fail("gpustack-operator simulator up", exc)
     typer.echo(f"cluster     {endpoints.cluster}")
@@ -771,7 +785,10 @@ def sim_up(
         more = len(endpoints.device_managers) - len(shown)
         typer.echo(f"…           and {more} more Device Managers (endpoints.json lists all)")
     typer.echo(f"kubeconfig  {endpoints.kubeconfig}  (contexts admin, no-metrics, prometheus, …)")
-    typer.echo(f"stop with   gpustack-operator simulator down --state-dir {state_dir}")
+    from gpustack_cli.hints import self_command
+
+    typer.echo(f"logs        {state_dir / 'logs'}  (--log-level {log_level})")
+    typer.echo(f"stop with   {self_command()} simulator down --state-dir {state_dir}")
 
 
 @simulator.command("fleet")
