@@ -122,10 +122,7 @@ class Reader:
     def excerpt(self, lines: int = 12) -> list[str]:
         """A few of the exporter's series from the first Device Manager."""
         first = self.endpoints.device_managers[0]
-        try:
-            text = self.device_managers.get(first.metrics).text
-        except httpx.HTTPError as exc:
-            text = f"# {exc}"
+        text = self.device_managers.get(first.metrics).text
         chosen = [line for line in text.splitlines() if line.startswith(EXCERPT_FAMILIES)]
         return [f"# from {first.metrics} ({first.manufacturer} on {first.node})", *chosen[:lines]]
 
