@@ -374,3 +374,13 @@ def test_the_preset_defaults_by_card_count_and_by_slice() -> None:
     assert default_resources(Resources(), A10G, acceleratable=True) == {"localStorage": "100Gi"}
     partition = Resources(accelerator=1, accelerator_partitioned_profile="1g.10gb")
     assert default_resources(partition, A10G, acceleratable=True) == {"localStorage": "100Gi"}
+
+
+def test_a_gate_refusal_names_the_settings_where_the_release_keeps_them() -> None:
+    """Issue #31: the Settings Secret is in the release namespace, not always gpustack-system."""
+    wants = spec(privileged=True, additionalVolumes=[HOST])
+    default = [str(e) for e in gate_errors(wants, None, CLOSED)]
+    assert all("(gpustack-system/gpustack-settings)" in e for e in default)
+    elsewhere = [str(e) for e in gate_errors(wants, None, Gates(namespace="gpu-ops"))]
+    assert len(elsewhere) == 2
+    assert all("(gpu-ops/gpustack-settings)" in e for e in elsewhere)

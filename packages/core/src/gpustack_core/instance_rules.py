@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import msgspec
 
+from gpustack_core import contract
 from gpustack_core.fielderrors import (
     FieldError,
     duplicate,
@@ -57,6 +58,7 @@ from gpustack_core.names import (
     dns1123_subdomain_problem,
 )
 from gpustack_core.quantity import QuantityError, parse_quantity
+from gpustack_core.settings import SECRET as SETTINGS_SECRET
 from gpustack_core.units import ceil_fraction
 
 MAX_CPU_CORES: Final = 1 << 16
@@ -81,6 +83,8 @@ class Gates:
 
     privileged_allowed: bool = False
     host_path_volume_allowed: bool = False
+    namespace: str = contract.SYSTEM_NAMESPACE
+    """Where the Settings Secret lives (the release namespace): a refusal names it."""
 
 
 # -- paths -----------------------------------------------------------------------------------
@@ -404,7 +408,7 @@ def gate_errors(new: InstanceSpec, old: InstanceSpec | None, gates: Gates) -> li
             forbidden(
                 "spec.privileged",
                 "privileged Instances are not allowed: the Setting instance-privileged-allowed "
-                "is false (gpustack-system/gpustack-settings)",
+                f"is false ({gates.namespace}/{SETTINGS_SECRET})",
             )
         )
     if gates.host_path_volume_allowed:
@@ -418,8 +422,8 @@ def gate_errors(new: InstanceSpec, old: InstanceSpec | None, gates: Gates) -> li
         errors.append(
             forbidden(
                 f"spec.additionalVolumes[{i}].hostPath",
-                "hostPath volumes are not allowed: the Setting "
-                "instance-host-path-volume-allowed is false (gpustack-system/gpustack-settings)",
+                "hostPath volumes are not allowed: the Setting instance-host-path-volume-allowed "
+                f"is false ({gates.namespace}/{SETTINGS_SECRET})",
             )
         )
     return errors

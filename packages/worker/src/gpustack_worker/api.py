@@ -250,7 +250,10 @@ def build_app(surface: Surface, *, fast_path: bool = True) -> QuartTrio:
         )
     if surface.instance_admission is None:
         surface.instance_admission = InstanceWebhook(
-            surface.sources.client, surface.admission.devices, surface.settings
+            surface.sources.client,
+            surface.admission.devices,
+            surface.settings,
+            surface.sources.system_namespace,
         )
     if surface.instance_type_admission is None:
         surface.instance_type_admission = InstanceTypeWebhook(

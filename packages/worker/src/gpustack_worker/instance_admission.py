@@ -87,11 +87,17 @@ class InstanceWebhook:
         client: KubeClient,
         devices: DevicesCache,
         settings: Callable[[], Settings] = Settings,
+        namespace: str = contract.SYSTEM_NAMESPACE,
     ) -> None:
-        """``settings``: the Settings in force at each call (``OperatorSettings.current``)."""
+        """Judge with the Settings in force at each call, kept in ``namespace``.
+
+        ``settings`` is ``OperatorSettings.current``; ``namespace`` the release namespace,
+        which a refusal names as where the Setting can be changed.
+        """
         self.client = client
         self.devices = devices
         self.settings = settings
+        self.namespace = namespace
         self.denied = 0
         self.patched = 0
 
@@ -137,7 +143,11 @@ class InstanceWebhook:
         errors += gate_errors(
             new.spec,
             old.spec if old is not None else None,
-            Gates(settings.instance_privileged_allowed, settings.instance_host_path_volume_allowed),
+            Gates(
+                settings.instance_privileged_allowed,
+                settings.instance_host_path_volume_allowed,
+                self.namespace,
+            ),
         )
         if old is not None:
             errors += immutable_errors(new.spec, old.spec)
