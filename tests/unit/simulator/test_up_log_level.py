@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from gpustack_cli.main import app
 from gpustack_simulator import up as up_module
+from gpustack_simulator.controlplane import start as real_start
 from gpustack_simulator.scenario import expand, find_scenario, load_scenario
 from gpustack_simulator.up import RECORDINGS_DIR, Endpoints
 
@@ -45,8 +46,8 @@ def test_every_daemon_up_starts_logs_at_the_chosen_level(
     addresses = [f"127.0.0.{i + 2}" for i in range(len(expanded.device_managers))]
     (tmp_path / "logs").mkdir()
     kubeconfig = tmp_path / "kubeconfig"
-    for start in (up_module._start_fleet, up_module._start_device_managers):
-        start(expanded, addresses, 1, tmp_path, kubeconfig, "2s", [], None, level)
+    for starter in (up_module._start_fleet, up_module._start_device_managers):
+        starter(expanded, addresses, 1, tmp_path, kubeconfig, "2s", [], None, level)
     up_module._start_worker(kubeconfig, 2, tmp_path, "2s", tmp_path / "logs", level)
     assert spawned.commands[up_module.FLEET_PROCESS][:3] == [sys.executable, "-m",
                                                             "gpustack_cli.fleet_host"]  # fmt: skip
@@ -84,3 +85,23 @@ def test_the_default_is_info_the_daemons_own(
     )
     assert result.exit_code == 2
     assert "'loud' is not one of" in result.output
+
+
+def test_the_real_control_planes_fleet_host_logs_at_the_chosen_level(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, list[str]] = {}
+
+    def spawn_in(netns: object, name: str, command: list[str], logs: Path, **_: Any) -> Any:
+        seen[name] = command
+        return SimpleNamespace(log=logs / f"{name}.log")
+
+    monkeypatch.setattr(real_start, "_spawn_in", spawn_in)
+    expanded = expand(load_scenario(find_scenario("demo")), base=RECORDINGS_DIR)
+    addresses = {f"{dm.namespace}/{dm.name}": "10.0.0.2" for dm in expanded.device_managers}
+    (tmp_path / "logs").mkdir()
+    real_start._start_device_managers(
+        expanded, tmp_path, tmp_path / "kubeconfig", "2s", addresses, tmp_path, object(), [],
+        "debug",
+    )  # fmt: skip
+    assert _level(seen[up_module.FLEET_PROCESS]) == "debug"

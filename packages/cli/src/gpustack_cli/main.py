@@ -765,7 +765,9 @@ def sim_up(
         if control_plane == "real":
             from gpustack_simulator.controlplane.start import up_real
 
-            endpoints = up_real(scenario, state_dir, monitor_period=monitor_period)
+            endpoints = up_real(
+                scenario, state_dir, monitor_period=monitor_period, log_level=log_level
+            )
         else:
             endpoints = up(
                 scenario,

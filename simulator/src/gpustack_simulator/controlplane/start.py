@@ -50,6 +50,7 @@ from gpustack_simulator.scenario.rbac import builtin_users
 from gpustack_simulator.scenario.schema import UserDoc
 from gpustack_simulator.up import (
     FLEET_PROCESS,
+    LOG_LEVEL,
     DeviceManagerEndpoint,
     Endpoints,
     UpError,
@@ -188,8 +189,12 @@ def up_real(
     *,
     monitor_period: str = "2s",
     timeout: float = START_TIMEOUT,
+    log_level: str = LOG_LEVEL,
 ) -> Endpoints:
-    """Start the scenario on a real control plane; return once every daemon answers."""
+    """Start the scenario on a real control plane; return once every daemon answers.
+
+    ``log_level``: the Device Managers' and the worker's, as ``up`` on the stand-in.
+    """
     from gpustack_simulator.up import _fresh_state, _recorded  # noqa: PLC0415 — one module
 
     state_dir = state_dir.resolve()
@@ -226,7 +231,7 @@ def up_real(
     try:
         run = _Run(
             path, expanded, state_dir, logs, found, netns, node_addresses, dm_addresses,
-            monitor_period, started, deadline,
+            monitor_period, started, deadline, log_level,
         )  # fmt: skip
         endpoints = _start(run)
     except bootstrap.BootstrapError as exc:
@@ -260,6 +265,7 @@ class _Run:
     monitor_period: str
     started: list[_Started]
     deadline: float
+    log_level: str
     pki: ControlPlanePKI = field(init=False)
     server: str = field(init=False)
     users: list[UserDoc] = field(init=False)
@@ -450,7 +456,7 @@ class _Run:
             [sys.executable, "-m", "gpustack_cli", "worker", "--kubeconfig", str(self.kubeconfig),
              "--context", "worker", "--secure-port", str(self.worker_port), "--bind-address",
              "127.0.0.1", "--cert-dir", str(self.worker_tls), "--device-manager-monitor-period",
-             self.monitor_period],
+             self.monitor_period, "--log-level", self.log_level],
             self.logs,
         )  # fmt: skip
         self.started.append(worker)
@@ -468,7 +474,7 @@ class _Run:
         self.kubectl.apply([_without_owners(p) for p in pods if self._is_dm(p)])
         managers = _start_device_managers(
             self.expanded, self.state_dir, self.kubeconfig, self.monitor_period,
-            self.dm_addresses, kubelets, self.netns, self.started,
+            self.dm_addresses, kubelets, self.netns, self.started, self.log_level,
         )  # fmt: skip
         nodes = {dm.node for dm in self.expanded.device_managers}
         _wait(self.started[-1], lambda: _devices_published(self.kubectl, nodes), self.deadline,
@@ -668,6 +674,7 @@ def _start_device_managers(
     kubelets: Path,
     netns: Netns,
     started: list[_Started],
+    log_level: str = LOG_LEVEL,
 ) -> list[DeviceManagerEndpoint]:
     """Every Device Manager in one fleet host inside the namespace, on its Pod's address."""
     from gpustack_core.units import seconds_of  # noqa: PLC0415
@@ -704,7 +711,14 @@ def _start_device_managers(
         _spawn_in(
             netns,
             FLEET_PROCESS,
-            [sys.executable, "-m", "gpustack_cli.fleet_host", str(spec_file)],
+            [
+                sys.executable,
+                "-m",
+                "gpustack_cli.fleet_host",
+                str(spec_file),
+                "--log-level",
+                log_level,
+            ],
             state_dir / "logs",
             env={"POD_NAMESPACE": contract.SYSTEM_NAMESPACE},
         )
