@@ -817,10 +817,18 @@ def test_section_5_enabling_cpu_manufacturer_awareness(replay: Replay) -> None:
     finally:
         replay.delete_instance("custom-demo")
         replay.setting("instance-type-aware-cpu-manufacturer", "false")
-    # Turned back off: the catalog collapses again; the flavors untouched.
+    # Turned back off: the catalog collapses again; the flavors untouched. The aware types
+    # stay (create-only) until deleted, as the walkthrough's cleanup hint deletes stale ones;
+    # this replay deletes the ones it made, and with awareness off they are not made again.
     replay.settle(SECTION_1_CATALOG, "§5 turned off: §1's catalog", "instancetypeflavors")
+    assert replay.rows() == current(SECTION_5_ROWS)
     if replay.kueue:
         assert replay.names("resourceflavor") == SECTION_1_FLAVORS
+    made = sorted(
+        {row.split()[0] for row in SECTION_5_ROWS} - {r.split()[0] for r in SECTION_1_ROWS}
+    )
+    replay.kubectl("delete", "instancetype", *made, timeout=WAIT)
+    replay.settle(current(SECTION_1_ROWS), "§5 the aware types deleted: §1's rows")
 
 
 def test_section_6_pinning_an_instance_and_adding_volumes(replay: Replay) -> None:
