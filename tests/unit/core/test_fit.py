@@ -28,7 +28,7 @@ from gpustack_core.devices import (
     PhysicalProfile,
     PhysicalSliced,
 )
-from gpustack_core.fit import Ask, PodSet, admit, fit_labels, pod_asks
+from gpustack_core.fit import Ask, PodSet, admit, fit_labels, fitting, pod_asks
 from gpustack_core.ledger import PodAllocation, build_ledger
 from gpustack_core.modes import AllocationMode
 from gpustack_core.requests import RequestError
@@ -375,3 +375,13 @@ def test_pods_placed_together_never_overfill_a_card(
         [card] = placed.cards
         left[card] -= units
         assert left[card] >= 0
+
+
+def test_fitting_names_the_nodes_whose_cards_hold_the_pod_now() -> None:
+    spare = node("node-t4-a", t4(1, gid="t4a"))
+    twenty = [slice_of(20 * PERCENT)]
+    assert fitting([fragmented(), spare], twenty) == {"node-t4-a"}  # 10 % left per card on b
+    assert fitting([fragmented(held=3), spare], twenty) == {"node-t4-a", "node-t4-b"}
+    assert fitting([fragmented()], twenty) == frozenset()
+    four = [Ask("nvidia", AllocationMode.EXCLUSIVE, count=4)]
+    assert fitting([node("node-t4-b", t4(4)), spare], four) == {"node-t4-b"}

@@ -36,6 +36,7 @@ from gpustack_core.pools import (
     node_profile_of,
     pinned_flavor_labels,
     resource_flavor,
+    steered,
 )
 from gpustack_core.views import cpu_view
 
@@ -671,3 +672,22 @@ def test_a_pinned_node_names_the_flavor_it_forms_for_the_pool() -> None:
     assert pinned_flavor_labels(node("node-cpu", NODES["node-cpu"]), "nvidia-tesla-t4") == {}
     gone = node("node-t4-b", {**NODES["node-t4-b"], "gpustack.ai/managed": "false"})
     assert pinned_flavor_labels(gone, "nvidia-tesla-t4") == {}
+
+
+def test_steering_names_the_flavors_with_a_node_that_fits_and_only_some() -> None:
+    """The T4 pool's two flavors (§1: node-t4-a's 1d listed first, node-t4-b's 4d)."""
+    t4 = [f for f in flavors(profiles()) if f.accelerator and f.accelerator.key == T4[0]]
+    by_node = {f.nodes: f for f in t4}
+    assert set(by_node) == {("node-t4-a",), ("node-t4-b",)}
+    four_d = {
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "gpustack.ai/managed": "true",
+        G + "intel-xeon-platinum-8259cl": "true",
+        A + "nvidia-tesla-t4": "true",
+        A + "nvidia-tesla-t4.count": "4",
+    }
+    assert steered(t4, {"node-t4-b"}) == (four_d,)
+    assert steered(t4, {"node-t4-a", "node-t4-b"}) == ()  # every flavor can: nothing to steer
+    assert steered(t4, set()) == ()  # none can now: unsteered, the check's Retry says why
+    assert steered(t4, {"node-cpu"}) == ()  # a node of no member flavor counts for nothing

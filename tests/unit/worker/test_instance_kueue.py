@@ -13,7 +13,7 @@ from typing import Any
 from gpustack_core.instance import Instance, InstanceMeta, InstanceSpec
 from gpustack_worker.instances.controller import _template_hash
 from gpustack_worker.instances.kueue import Waiting, held_workload, waiting
-from gpustack_worker.instances.render import pinned_affinity
+from gpustack_worker.instances.render import flavor_affinity
 from gpustack_worker.instances.status import phase_of
 
 QUEUE = "gpustack-fnv64-c4680bb149644f1c"
@@ -148,7 +148,7 @@ def test_a_pins_flavor_labels_are_not_part_of_the_rendering_but_the_hostname_is(
     """The pinned node's flavor labels follow its labels (an administrator's managed flip): a
     change there must not restart a running Instance; a different node must."""
     pod = {"metadata": {}, "spec": {"nodeSelector": {"kubernetes.io/hostname": "n1"}}}
-    steered = {**pod["spec"], "affinity": pinned_affinity({"gpustack.ai/managed": "true"})}
+    steered = {**pod["spec"], "affinity": flavor_affinity([{"gpustack.ai/managed": "true"}])}
     assert _template_hash(pod) == _template_hash({"metadata": {}, "spec": steered})
     moved = {"metadata": {}, "spec": {"nodeSelector": {"kubernetes.io/hostname": "n2"}}}
     assert _template_hash(pod) != _template_hash(moved)

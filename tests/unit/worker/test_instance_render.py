@@ -238,7 +238,7 @@ def test_volumes_node_pinning_and_pull_settings() -> None:
     unknown_host = render_pod(instance(nodeName="n1"), PodInputs())
     assert unknown_host["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "n1"}
     flavor = {"gpustack.ai/managed": "true", "acceleratable.feature.gpustack.ai/x.count": "4"}
-    steered = render_pod(instance(nodeName="n1"), PodInputs(hostname="h1", pinned_flavor=flavor))
+    steered = render_pod(instance(nodeName="n1"), PodInputs(hostname="h1", flavors=(flavor,)))
     # The pin stays one selector entry (walkthrough §6); the flavor is said as Kueue reads it.
     assert steered["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "h1"}
     (term,) = steered["spec"]["affinity"]["nodeAffinity"][

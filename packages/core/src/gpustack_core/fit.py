@@ -356,6 +356,14 @@ def fit_pod(cards: NodeCards, asks: Sequence[Ask]) -> tuple[NodeCards, tuple[str
     return NodeCards(cards.node, tuple(groups)), tuple(granted)
 
 
+def fitting(nodes: Iterable[NodeDevices], asks: Sequence[Ask]) -> frozenset[str]:
+    """The nodes whose cards can hold one Pod asking ``asks`` now.
+
+    As its device plugin would grant it: the check's decision for a single Pod.
+    """
+    return frozenset(n.node for n in nodes if not isinstance(fit_pod(node_cards(n), asks), str))
+
+
 # -- a Workload -------------------------------------------------------------------------------
 
 

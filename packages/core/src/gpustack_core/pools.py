@@ -20,7 +20,7 @@ integer) leaves that key out with one line saying why; the rest of the node stil
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -278,6 +278,23 @@ def pinned_flavor_labels(
             labels: dict[str, str] = resource_flavor(flavor)["spec"]["nodeLabels"]
             return labels
     return {}
+
+
+def steered(members: Sequence[Flavor], fitting: Collection[str]) -> tuple[dict[str, str], ...]:
+    """The ``nodeLabels`` of the pool's flavors with a node in ``fitting``; none to steer by.
+
+    ``members`` are a type's flavors (:func:`gpustack_core.derive.members`), ``fitting`` the
+    nodes whose cards can hold the Pod now (:func:`gpustack_core.fit.fitting`). Kueue assigns
+    the first flavor with quota, and a flavor whose every node is fragmented (or its cards
+    partitioned, or held outside Kueue) gets the node-devices check's Retry, is requeued and
+    assigned again, for ever: naming the flavors that can hold the Pod steers it. Empty when
+    every flavor has such a node (nothing to steer) and when none has (nothing fits now: the
+    check's Retry says why, and any flavor may free up first).
+    """
+    chosen = [f for f in members if any(node in fitting for node in f.nodes)]
+    if not chosen or len(chosen) == len(members):
+        return ()
+    return tuple(dict(resource_flavor(f)["spec"]["nodeLabels"]) for f in chosen)
 
 
 def resource_flavor(flavor: Flavor) -> dict[str, Any]:

@@ -28,14 +28,18 @@ import trio
 
 from gpustack_core import contract
 from gpustack_core.decoding import ContractError
+from gpustack_core.derive import identity_of, members
+from gpustack_core.fit import fitting, pod_asks
 from gpustack_core.instance import Condition, Instance, InstanceStatus, instance_from_object
 from gpustack_core.instancetype import InstanceType, instancetype_from_object
-from gpustack_core.pools import pinned_flavor_labels
+from gpustack_core.pools import flavors, node_profile_of, pinned_flavor_labels, steered
+from gpustack_core.requests import RequestError
 from gpustack_core.settings import Settings
 from gpustack_kube.client import AlreadyExists, ApiError, Conflict, KubeClient, KubeError, NotFound
 from gpustack_kube.informer import Informer, Key
 from gpustack_kube.leader import ElectionConfig, LeaderElector
 from gpustack_kube.paths import (
+    DEVICES,
     EVENTS,
     INSTANCE_TYPES,
     INSTANCES,
@@ -63,6 +67,7 @@ from gpustack_worker.instances.render import (
     render_service,
 )
 from gpustack_worker.instances.status import derive_status
+from gpustack_worker.instancetypes.observed import node_devices
 from gpustack_worker.settings import OperatorSettings
 
 log = logging.getLogger("gpustack.worker.instances")
@@ -133,7 +138,7 @@ def _template_hash(pod: Mapping[str, Any]) -> str:
     created, and a queue appearing later (Kueue installed, a namespace's queue written after
     the Instance) must not restart Instances that already run; their next start queues them.
     So is a pinned Pod's node affinity: the pinned node's flavor labels steer Kueue
-    (``PodInputs.pinned_flavor``) and follow the node's labels, which an administrator may
+    (``PodInputs.flavors``) and follow the node's labels, which an administrator may
     change (§2's managed flip) without that being a change to the Instance; the pin itself,
     the hostname ``nodeSelector``, is kept.
     """
@@ -462,23 +467,24 @@ class InstanceController:
             queue = found.queue or None  # where Kueue serves it: decided by the caller
             pool = found
         hostname = None
-        pinned: dict[str, str] = {}
+        pinned: tuple[dict[str, str], ...] = ()
         if instance.spec.node_name:
             node = self.nodes.get("", instance.spec.node_name)
             hostname = _labels(node or {}).get(HOSTNAME_LABEL)
             if node is not None and pool is not None:
                 spec = pool.spec
                 accelerator = spec.accelerator_group if spec.acceleratable else None
-                pinned = pinned_flavor_labels(
+                labels = pinned_flavor_labels(
                     node, accelerator, mixed_on_node=self.settings.instance_type_mixed_on_node
                 )
+                pinned = (labels,) if labels else ()
         runtime = RUNTIME_CLASSES.get(manufacturer or "")
         return (
             PodInputs(
                 manufacturer=manufacturer,
                 queue=queue,
                 hostname=hostname,
-                pinned_flavor=pinned,
+                flavors=pinned,
                 runtime_class=runtime if runtime in self.runtime_classes else None,
                 sshd_image=self.settings.instance_ssh_server_image,
                 overcommit=Overcommit(
@@ -541,10 +547,50 @@ class InstanceController:
         self.writes.append(("patch", f"instance {path} stop"))
         self._event(instance, "Warning", "TypeUnavailable", f"{why}: stopping the Instance")
 
+    async def _steered(self, instance: Instance, inputs: PodInputs) -> PodInputs:
+        """``inputs`` naming the type's flavors that can hold the new Pod now, when some cannot.
+
+        Kueue assigns the first flavor with quota; one whose nodes cannot hold the Pod (cards
+        fragmented, partitioned, held outside Kueue) gets the node-devices check's Retry and is
+        assigned again after each requeue, while another flavor has room. So a queued Pod on an
+        accelerated type of several flavors is created with a node affinity on the flavors
+        that fit it now (:func:`gpustack_core.pools.steered`), read from the ``Devices``
+        ledgers once, at creation. Anything unreadable leaves the Pod unsteered (the check
+        still gates it): never a reason not to create it.
+        """
+        found = self.types.get("", instance.spec.type) if instance.spec.type else None
+        if found is None or not found.spec.acceleratable:
+            return inputs
+        try:
+            asks = pod_asks(render_pod(instance, inputs))
+        except (RenderError, RequestError):
+            return inputs
+        profiles = [p for n in self.nodes.objects() if (p := node_profile_of(n).profile)]
+        mixed = self.settings.instance_type_mixed_on_node
+        pool = members(identity_of(found.spec), flavors(profiles, mixed_on_node=mixed))
+        if not asks or len(pool) < 2:
+            return inputs
+        try:
+            listed = await self.client.get(DEVICES.path())
+        except KubeError as exc:
+            meta = instance.metadata
+            log.info("Instance %s/%s unsteered: %s", meta.namespace, meta.name, exc)
+            return inputs
+        devices = []
+        for item in listed.get("items") or ():
+            try:
+                devices.append(node_devices(item))
+            except (ContractError, KeyError, TypeError):
+                continue  # the node offers nothing here, as in the views
+        chosen = steered(pool, fitting(devices, asks))
+        return replace(inputs, flavors=chosen) if chosen else inputs
+
     async def _reconcile_pod(
         self, instance: Instance, pod: dict[str, Any] | None, inputs: PodInputs
     ) -> float | None:
         meta = instance.metadata
+        if pod is None and inputs.queue and not inputs.flavors:
+            inputs = await self._steered(instance, inputs)
         desired = render_pod(instance, inputs)
         digest = _template_hash(desired)
         desired["metadata"]["annotations"] = {TEMPLATE_HASH: digest}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
 
@@ -72,10 +72,12 @@ class PodInputs:
     """The type's LocalQueue (its ``entrance``): the Pod then waits for Kueue's admission."""
     hostname: str | None = None
     """The ``kubernetes.io/hostname`` label of ``spec.nodeName``'s Node (not always the name)."""
-    pinned_flavor: Mapping[str, str] = field(default_factory=dict)
-    """With ``spec.nodeName``: the ``nodeLabels`` of the flavor that node forms for the type's
-    pool (:func:`gpustack_core.pools.pinned_flavor_labels`), so Kueue assigns that flavor
-    (:func:`pinned_affinity`)."""
+    flavors: tuple[Mapping[str, str], ...] = ()
+    """The ``nodeLabels`` of the type's flavors Kueue may assign (:func:`flavor_affinity`):
+    with ``spec.nodeName`` the one the pinned node forms
+    (:func:`gpustack_core.pools.pinned_flavor_labels`), else, for a queued accelerated Pod,
+    those with a node whose cards can hold it now (:func:`gpustack_core.pools.steered`).
+    Empty: any."""
     runtime_class: str | None = None
     """The manufacturer's RuntimeClass when the cluster has it."""
     sshd_image: str = ""
@@ -85,20 +87,25 @@ class PodInputs:
     """``GPUSTACK_<MFR>_RESOURCE_NAME`` where the cluster overrides the default base."""
 
 
-def pinned_affinity(flavor_labels: Mapping[str, str]) -> dict[str, Any]:
-    """A required node affinity on the pinned node's flavor labels, one ``In`` each.
+def flavor_affinity(flavors: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+    """A required node affinity with one term per flavor: an ``In`` on each of its nodeLabels.
 
-    The pin itself stays the walkthrough's one ``nodeSelector`` entry (the hostname); these
-    terms say the same node in the words Kueue reads — it matches a Pod's selectors against its
-    flavors' ``nodeLabels`` on the keys flavors use — so Kueue assigns the pinned node's flavor
-    rather than the first one with quota, where the Pod could never be scheduled. The node
-    carries every one of these labels, so the scheduler's choice is unchanged.
+    Kueue matches a Pod's selectors against its flavors' ``nodeLabels`` on the keys flavors
+    use (never the hostname, never a fit label), so these terms are what steers its choice to
+    a flavor whose node can run the Pod, rather than the first one with quota. Every node of
+    such a flavor carries all of its labels, so the scheduler's choice is only narrowed to
+    those flavors' nodes.
     """
-    expressions = [
-        {"key": key, "operator": "In", "values": [value]}
-        for key, value in sorted(flavor_labels.items())
+    terms = [
+        {
+            "matchExpressions": [
+                {"key": key, "operator": "In", "values": [value]}
+                for key, value in sorted(labels.items())
+            ]
+        }
+        for labels in flavors
     ]
-    required = {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
+    required = {"nodeSelectorTerms": terms}
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
 
 
@@ -303,8 +310,8 @@ def render_pod(instance: Instance, inputs: PodInputs) -> dict[str, Any]:
         pod_spec["imagePullSecrets"] = [{"name": spec.image_pull_secret}]
     if spec.node_name:
         pod_spec["nodeSelector"] = {HOSTNAME_LABEL: inputs.hostname or spec.node_name}
-        if inputs.pinned_flavor:
-            pod_spec["affinity"] = pinned_affinity(inputs.pinned_flavor)
+    if inputs.flavors:
+        pod_spec["affinity"] = flavor_affinity(inputs.flavors)
     if inputs.runtime_class:
         pod_spec["runtimeClassName"] = inputs.runtime_class
     return {
