@@ -42,6 +42,7 @@ from gpustack_kube.certs import self_signed
 from gpustack_kube.paths import Resource
 from gpustack_simulator import processes
 from gpustack_simulator.fleet_host import FleetSpec, Member
+from gpustack_simulator.hints import self_command
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.scenario import (
     APPLY_KINDS,
@@ -921,7 +922,7 @@ def up(
     if running:
         raise UpError(
             f"{state_dir} already runs {', '.join(p.name for p in running)}; "
-            f"run `gpustack-operator simulator down --state-dir {state_dir}` first"
+            f"run `{self_command()} simulator down --state-dir {state_dir}` first"
         )
     try:
         path = find_scenario(scenario)

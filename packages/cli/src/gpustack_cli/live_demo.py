@@ -24,11 +24,11 @@ import msgspec
 from rich.console import Console
 
 from gpustack_cli.demo_view import ARRIVING, accelerator_table, pod_table
-from gpustack_cli.hints import self_command
 from gpustack_core import contract
 from gpustack_core.instance_metrics import InstanceMetrics
 from gpustack_kube.paths import INSTANCES
 from gpustack_simulator.demo import DemoRow
+from gpustack_simulator.hints import self_command
 from gpustack_simulator.up import Endpoints, UpError, down, up
 
 V1 = "/apis/worker.gpustack.ai/v1"

@@ -787,7 +787,7 @@ def sim_up(
         more = len(endpoints.device_managers) - len(shown)
         typer.echo(f"…           and {more} more Device Managers (endpoints.json lists all)")
     typer.echo(f"kubeconfig  {endpoints.kubeconfig}  (contexts admin, no-metrics, prometheus, …)")
-    from gpustack_cli.hints import self_command
+    from gpustack_simulator.hints import self_command
 
     typer.echo(f"logs        {state_dir / 'logs'}  (--log-level {log_level})")
     typer.echo(f"stop with   {self_command()} simulator down --state-dir {state_dir}")

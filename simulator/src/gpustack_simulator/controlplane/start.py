@@ -44,6 +44,7 @@ from gpustack_simulator.controlplane.netns import NETNS_FILE, Netns, NetnsError,
 from gpustack_simulator.controlplane.nodeagent import AgentConfig, NodeSpec
 from gpustack_simulator.controlplane.pki import ControlPlanePKI, Pair
 from gpustack_simulator.fleet_host import FleetSpec, Member
+from gpustack_simulator.hints import self_command
 from gpustack_simulator.scenario import RECORDINGS_DIR, expand, find_scenario, load_scenario
 from gpustack_simulator.scenario.expanded import Expanded
 from gpustack_simulator.scenario.rbac import builtin_users
@@ -201,7 +202,7 @@ def up_real(
     if _recorded(state_dir) or (state_dir / NETNS_FILE).exists():
         raise UpError(
             f"{state_dir} already runs something; "
-            f"run `gpustack-operator simulator down --state-dir {state_dir}` first"
+            f"run `{self_command()} simulator down --state-dir {state_dir}` first"
         )
     path = find_scenario(scenario)
     expanded = expand(load_scenario(path), base=RECORDINGS_DIR)
