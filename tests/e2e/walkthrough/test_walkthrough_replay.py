@@ -854,7 +854,9 @@ def test_section_6_pinning_an_instance_and_adding_volumes(replay: Replay) -> Non
             scheduled = replay.json("-n", "default", "get", "events", "--field-selector", about)
             reasons = {e["reason"]: e for e in scheduled["items"]}
             assert "Scheduled" in reasons, sorted(reasons)
-            assert reasons["Scheduled"]["message"].endswith("to node-t4-b")
+            bound = reasons["Scheduled"]  # kube-scheduler bound it: we set no nodeName
+            assert bound.get("reportingComponent") == "default-scheduler", bound
+            assert bound["message"] == "Successfully assigned default/pinned-demo to node-t4-b"
             replay.admitted(pod, "gpustack-fnv64-6b371caa2da0b799",
                             "gpustack--nvidia-tesla-t4-linux-amd64")  # fmt: skip
         else:
