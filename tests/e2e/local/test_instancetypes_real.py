@@ -17,6 +17,8 @@ import pytest
 from e2e_helpers import create, eventually, kubectl_json
 from e2e_system import CONTROL_PLANE, System
 
+from gpustack_core.quantity import parse_quantity
+
 pytestmark = [
     pytest.mark.skipif(
         CONTROL_PLANE != "real",
@@ -147,12 +149,9 @@ def test_an_inactive_type_stops_its_instance(system: System) -> None:
     system.kubectl("delete", TYPES, "e2e-off")
 
 
-def test_an_instance_kueue_cannot_admit_says_pending_in_kueues_words(system: System) -> None:
-    """More cards than a derived type's ClusterQueue holds: real Kueue keeps the Pod gated and
-    the Instance shows its Workload's reason. Kueue counts the request as the operator's
-    Kueue configuration maps it (``nvidia.com/gpu`` into ``credits.gpustack.ai/nvidia``, a card
-    1,600,000), so the quota that runs out is the credits one. Needs the chain's LocalQueue for
-    the type in the namespace; without it the Pod is not queued."""
+def derived_nvidia(system: System) -> tuple[dict[str, Any], str]:
+    """A derived NVIDIA InstanceType with cards and its entrance LocalQueue in ``NS``; skips
+    when the chain has not derived one."""
 
     def derived() -> dict[str, Any] | None:
         listed = kubectl_json(system, "get", TYPES, "-l", "schedule.gpustack.ai/derived-from-node")
@@ -168,8 +167,7 @@ def test_an_instance_kueue_cannot_admit_says_pending_in_kueues_words(system: Sys
         chosen = eventually(derived, "a derived NVIDIA InstanceType with cards", timeout=90)
     except pytest.fail.Exception:
         pytest.skip("no derived NVIDIA InstanceType with cards (is the chain deriving?)")
-    name = chosen["metadata"]["name"]
-    entrance = chosen["metadata"]["labels"]["schedule.gpustack.ai/queue-entrance"]
+    entrance = str(chosen["metadata"]["labels"]["schedule.gpustack.ai/queue-entrance"])
 
     def queue() -> bool | None:
         return (
@@ -182,9 +180,61 @@ def test_an_instance_kueue_cannot_admit_says_pending_in_kueues_words(system: Sys
         eventually(queue, f"LocalQueue {entrance} in {NS}", timeout=30)
     except pytest.fail.Exception:
         pytest.skip(f"no LocalQueue {entrance} in {NS}: the InstanceType chain is not deriving")
-    # Every card of the pool and one more: no quota the pool's flavors give can hold it.
-    cards = str(int(chosen["status"]["accelerator"]["capacity"]) + 1)
-    made = create(system, instance("e2e-tight-1", name, accelerator=cards))
+    return chosen, entrance
+
+
+def test_a_slice_on_a_derived_type_is_admitted_through_its_entrance_and_the_check(
+    system: System,
+) -> None:
+    """A 20 % slice on a derived NVIDIA type of several flavors: real Kueue reserves its
+    credits through the type's entrance LocalQueue, the node-devices check answers Ready, the
+    Pod runs and the Instance is Ready. On the demo cluster the pool's first flavor is a node
+    whose one card is partitioned (no slice fits there): the Pod is created steered to the
+    flavors with a card that can hold it, or Kueue would assign that flavor after every
+    Retry."""
+    chosen, entrance = derived_nvidia(system)
+    made = create(system, instance("e2e-slice", chosen["metadata"]["name"], accelerator="1",
+                                   acceleratorSlicedMemoryPercentage=20))  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    try:
+        found = phase(system, "e2e-slice", "Ready")
+        admitted = {c["type"]: c for c in found["status"]["conditions"]}["Admitted"]
+        assert admitted["status"] == "True", admitted
+        pod = kubectl_json(system, "get", "pod", "-n", NS, "e2e-slice")
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == entrance
+        assert not pod["spec"].get("schedulingGates")
+        workloads = kubectl_json(system, "get", "workloads.kueue.x-k8s.io", "-n", NS)["items"]
+        (workload,) = [w for w in workloads if any(o.get("name") == "e2e-slice"
+                       for o in w["metadata"].get("ownerReferences") or ())]  # fmt: skip
+        checks = {c["name"]: c["state"] for c in workload["status"]["admissionChecks"]}
+        assert checks == {"gpustack-node-devices": "Ready"}
+        usage = workload["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]
+        assert set(usage) == {"credits.gpustack.ai/nvidia"}  # cpu and memory left to kube
+        assert parse_quantity(usage["credits.gpustack.ai/nvidia"]) == 20 * 16_000  # 1 % = 16,000
+    finally:
+        system.kubectl("delete", INSTANCES, "-n", NS, "e2e-slice", "--wait=false")
+
+
+def test_an_instance_kueue_cannot_admit_says_pending_in_kueues_words(system: System) -> None:
+    """More cards than a derived type's ClusterQueue holds: real Kueue keeps the Pod gated and
+    the Instance shows its Workload's reason. Kueue counts the request as the operator's
+    Kueue configuration maps it (``nvidia.com/gpu`` into ``credits.gpustack.ai/nvidia``, a card
+    1,600,000), so the quota that runs out is the credits one. Needs the chain's LocalQueue for
+    the type in the namespace; without it the Pod is not queued."""
+    chosen, entrance = derived_nvidia(system)
+    name = chosen["metadata"]["name"]
+    # A filler takes every free whole card of the best node (the type's once-max), so its
+    # flavor's credits are mostly reserved; then the largest node's card count is asked: the
+    # Instance webhook lets it in (one node has that many cards), no flavor has the credits.
+    key = f"acceleratable.feature.gpustack.ai/{chosen['spec']['acceleratorGroup']}.count"
+    nodes = kubectl_json(system, "get", "nodes")["items"]
+    largest = max(int(n["metadata"]["labels"].get(key, 0)) for n in nodes)
+    free = int(chosen["status"]["accelerator"]["onceMaxRequest"])
+    assert 0 < free <= largest, (free, largest)
+    made = create(system, instance("e2e-fill", name, accelerator=str(free)))
+    assert made.returncode == 0, made.stderr
+    phase(system, "e2e-fill", "Ready")
+    made = create(system, instance("e2e-tight-1", name, accelerator=str(largest)))
     assert made.returncode == 0, made.stderr
 
     def says() -> dict[str, Any] | None:
@@ -194,7 +244,9 @@ def test_an_instance_kueue_cannot_admit_says_pending_in_kueues_words(system: Sys
 
     try:
         found = eventually(says, "the Instance showing its Workload's Pending reason", timeout=90)
-        assert "credits.gpustack.ai/nvidia" in found["status"]["phaseMessage"]
+        assert "insufficient unused quota for credits.gpustack.ai/nvidia" in found["status"][
+            "phaseMessage"
+        ]
         assert found["status"]["phase"] == "Starting"
         admitted = {c["type"]: c for c in found["status"]["conditions"]}["Admitted"]
         assert (admitted["status"], admitted["reason"]) == ("False", "Pending")
@@ -202,4 +254,4 @@ def test_an_instance_kueue_cannot_admit_says_pending_in_kueues_words(system: Sys
         assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == entrance
         assert "kueue.x-k8s.io/admission" in {g["name"] for g in pod["spec"]["schedulingGates"]}
     finally:
-        system.kubectl("delete", INSTANCES, "-n", NS, "e2e-tight-1", "--wait=false")
+        system.kubectl("delete", INSTANCES, "-n", NS, "e2e-tight-1", "e2e-fill", "--wait=false")
