@@ -134,9 +134,13 @@ def test_cert_manager_injects_the_ca_into_both_webhooks() -> None:
 
 
 def test_disabled_renders_no_webhook_no_issued_certificate_and_no_devices_grant() -> None:
-    # Node capacity reads the Devices too (its own grant, list and watch): off here, so the
-    # only Devices grant left would be the webhook's.
-    objects = render({"worker": {"admissionWebhook": {"enabled": False}, "nodeCapacity": False}})
+    # Node capacity, the Instance controller (steering by the ledgers), the InstanceType chain
+    # and the node-devices check read the Devices too, each by a grant of its own: off here,
+    # so the only Devices grant left would be the webhook's.
+    off = {"enabled": False}
+    objects = render({"worker": {"admissionWebhook": off, "nodeCapacity": False,
+                                 "instanceController": off, "instanceTypes": off,
+                                 "nodeDevicesCheck": off}})  # fmt: skip
     for kind in KINDS:
         assert of_kind(objects, kind) == []
     assert of_kind(objects, "Secret") == []
