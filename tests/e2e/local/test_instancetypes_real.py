@@ -244,9 +244,10 @@ def test_an_instance_kueue_cannot_admit_says_pending_in_kueues_words(system: Sys
 
     try:
         found = eventually(says, "the Instance showing its Workload's Pending reason", timeout=90)
-        assert "insufficient unused quota for credits.gpustack.ai/nvidia" in found["status"][
-            "phaseMessage"
-        ]
+        assert (
+            "insufficient unused quota for credits.gpustack.ai/nvidia"
+            in found["status"]["phaseMessage"]
+        )
         assert found["status"]["phase"] == "Starting"
         admitted = {c["type"]: c for c in found["status"]["conditions"]}["Admitted"]
         assert (admitted["status"], admitted["reason"]) == ("False", "Pending")
