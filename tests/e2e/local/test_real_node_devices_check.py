@@ -293,3 +293,89 @@ def test_a_slice_no_card_holds_waits_on_the_checks_retry_and_a_released_card_adm
     [entry] = [e for e in admitted["status"]["admissionChecks"] if e["name"] == CHECK]
     assert entry["state"] == "Ready"
     assert target.node in entry["message"]
+
+
+INSTANCES = "instances.v1alpha1.worker.gpustack.ai"
+TYPES = "instancetypes.v1alpha1.worker.gpustack.ai"
+
+
+def _derived_type(system: System, target: Target) -> dict[str, Any] | None:
+    """The derived InstanceType of the target's model, once its status is written."""
+    group = target.model.split("-", 1)[1]
+    for found in kubectl_json(system, "get", TYPES, "-l",
+                              "schedule.gpustack.ai/derived-from-node")["items"]:  # fmt: skip
+        spec = found["spec"]
+        if (
+            spec.get("manufacturer") == target.manufacturer
+            and spec.get("acceleratorGroup", "").endswith(group)
+            and (found.get("status") or {}).get("acceleratorSliced")
+        ):
+            return dict(found)
+    return None
+
+
+def test_an_instance_on_a_derived_type_waits_on_the_check_and_a_released_card_admits_it(
+    system: System, fragmented: tuple[Target, list[str]]
+) -> None:
+    """The issue's must-show on the operator's own chain, not a hand-made queue: an Instance
+    asking a 50 % slice of the derived type while no card of the pool has 50 % left (the
+    node's totals have) is reserved quota by real Kueue on the type's entrance queue and held
+    by the node-devices check's Retry, which its status shows; releasing one card on the
+    target node admits it there. No flavor could hold it when it was created, so its Pod was
+    not steered and Kueue assigned the pool's first flavor; once the card frees, the Instance
+    controller replaces the gated Pod steered to the target's flavor (else Kueue would assign
+    the first flavor again after every Retry)."""
+    target, fillers = fragmented
+    chosen = eventually(lambda: _derived_type(system, target), "the target model's derived type")
+    name = chosen["metadata"]["name"]
+
+    def fragmented_view() -> dict[str, Any] | None:
+        found = kubectl_json(system, "get", TYPES, name)
+        sliced = (found.get("status") or {}).get("acceleratorSliced") or {}
+        return found if int(sliced.get("onceMaxRequest", 100)) < ASK else None
+
+    try:
+        eventually(fragmented_view, "the type's SL view: no card with the slice's room")
+    except pytest.fail.Exception:
+        pytest.skip(f"another node of {name}'s pool still has a card with {ASK} % free")
+    manifest = {
+        "apiVersion": "worker.gpustack.ai/v1alpha1",
+        "kind": "Instance",
+        "metadata": {"name": f"{PREFIX}-inst", "namespace": NAMESPACE},
+        "spec": {"type": name, "image": "ubuntu:24.04", "command": ["sleep", "infinity"],
+                 "resources": {"cpu": "1", "ram": "1Gi", "accelerator": "1",
+                               "acceleratorSlicedMemoryPercentage": ASK}},
+    }  # fmt: skip
+    made = create(system, manifest)
+    assert made.returncode == 0, made.stderr
+    try:
+
+        def held() -> dict[str, Any] | None:
+            found = kubectl_json(system, "get", INSTANCES, "-n", NAMESPACE, f"{PREFIX}-inst")
+            message = (found.get("status") or {}).get("phaseMessage", "")
+            return found if message.startswith(f"Retry: {CHECK}: ") else None
+
+        waiting = eventually(held, "the Instance held by the check's Retry", timeout=120)
+        message = waiting["status"]["phaseMessage"]
+        assert "no node has one card that can hold it" in message, message
+        assert waiting["status"]["phase"] == "Starting"
+        rows = _rows(kubectl_json(system, "get", "devices", target.node))
+        assert sum(rows[c]["remaining"] for c in target.free) >= ASK * PERCENT  # totals allow
+
+        released = _granted(system, fillers[0])
+        assert released is not None
+        gone = system.kubectl("delete", "pod", "-n", NAMESPACE, fillers[0], "--wait=true",
+                              "--timeout=90s")  # fmt: skip
+        assert gone.returncode == 0, gone.stderr
+
+        def ready() -> dict[str, Any] | None:
+            found = kubectl_json(system, "get", INSTANCES, "-n", NAMESPACE, f"{PREFIX}-inst")
+            return found if (found.get("status") or {}).get("phase") == "Ready" else None
+
+        eventually(ready, "the Instance Ready on the released card", timeout=240)
+        assert _granted(system, f"{PREFIX}-inst") == released
+        placed = kubectl_json(system, "get", "pod", "-n", NAMESPACE, f"{PREFIX}-inst")
+        assert placed["spec"]["nodeName"] == target.node
+    finally:
+        system.kubectl("delete", INSTANCES, "-n", NAMESPACE, f"{PREFIX}-inst", "--wait=true",
+                       "--timeout=90s")  # fmt: skip

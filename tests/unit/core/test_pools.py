@@ -32,6 +32,7 @@ from gpustack_core.poolnames import PoolIdentity
 from gpustack_core.pools import (
     NodeProfile,
     flavors,
+    node_labels_of,
     node_profile,
     node_profile_of,
     pinned_flavor_labels,
@@ -687,7 +688,8 @@ def test_steering_names_the_flavors_with_a_node_that_fits_and_only_some() -> Non
         A + "nvidia-tesla-t4": "true",
         A + "nvidia-tesla-t4.count": "4",
     }
-    assert steered(t4, {"node-t4-b"}) == (four_d,)
+    assert steered(t4, {"node-t4-b"}) == (by_node[("node-t4-b",)],)
+    assert node_labels_of(by_node[("node-t4-b",)]) == four_d
     assert steered(t4, {"node-t4-a", "node-t4-b"}) == ()  # every flavor can: nothing to steer
     assert steered(t4, set()) == ()  # none can now: unsteered, the check's Retry says why
     assert steered(t4, {"node-cpu"}) == ()  # a node of no member flavor counts for nothing

@@ -280,8 +280,8 @@ def pinned_flavor_labels(
     return {}
 
 
-def steered(members: Sequence[Flavor], fitting: Collection[str]) -> tuple[dict[str, str], ...]:
-    """The ``nodeLabels`` of the pool's flavors with a node in ``fitting``; none to steer by.
+def steered(members: Sequence[Flavor], fitting: Collection[str]) -> tuple[Flavor, ...]:
+    """The pool's flavors with a node in ``fitting``; none when there is nothing to steer by.
 
     ``members`` are a type's flavors (:func:`gpustack_core.derive.members`), ``fitting`` the
     nodes whose cards can hold the Pod now (:func:`gpustack_core.fit.fitting`). Kueue assigns
@@ -291,10 +291,16 @@ def steered(members: Sequence[Flavor], fitting: Collection[str]) -> tuple[dict[s
     every flavor has such a node (nothing to steer) and when none has (nothing fits now: the
     check's Retry says why, and any flavor may free up first).
     """
-    chosen = [f for f in members if any(node in fitting for node in f.nodes)]
+    chosen = tuple(f for f in members if any(node in fitting for node in f.nodes))
     if not chosen or len(chosen) == len(members):
         return ()
-    return tuple(dict(resource_flavor(f)["spec"]["nodeLabels"]) for f in chosen)
+    return chosen
+
+
+def node_labels_of(flavor: Flavor) -> dict[str, str]:
+    """The ``spec.nodeLabels`` of ``flavor``'s ResourceFlavor."""
+    labels: dict[str, str] = resource_flavor(flavor)["spec"]["nodeLabels"]
+    return labels
 
 
 def resource_flavor(flavor: Flavor) -> dict[str, Any]:

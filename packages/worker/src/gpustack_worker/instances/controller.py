@@ -32,7 +32,13 @@ from gpustack_core.derive import identity_of, members
 from gpustack_core.fit import fitting, pod_asks
 from gpustack_core.instance import Condition, Instance, InstanceStatus, instance_from_object
 from gpustack_core.instancetype import InstanceType, instancetype_from_object
-from gpustack_core.pools import flavors, node_profile_of, pinned_flavor_labels, steered
+from gpustack_core.pools import (
+    flavors,
+    node_labels_of,
+    node_profile_of,
+    pinned_flavor_labels,
+    steered,
+)
 from gpustack_core.requests import RequestError
 from gpustack_core.settings import Settings
 from gpustack_kube.client import AlreadyExists, ApiError, Conflict, KubeClient, KubeError, NotFound
@@ -57,6 +63,7 @@ from gpustack_worker.instances.render import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     QUEUE_LABEL,
+    STEERED_ANNOTATION,
     TYPE_LABEL,
     Overcommit,
     PodInputs,
@@ -583,7 +590,11 @@ class InstanceController:
             except (ContractError, KeyError, TypeError):
                 continue  # the node offers nothing here, as in the views
         chosen = steered(pool, fitting(devices, asks))
-        return replace(inputs, flavors=chosen) if chosen else inputs
+        return replace(
+            inputs,
+            flavors=tuple(node_labels_of(f) for f in chosen),
+            steered_to=tuple(f.name for f in chosen),
+        )
 
     async def _reconcile_pod(
         self, instance: Instance, pod: dict[str, Any] | None, inputs: PodInputs
@@ -594,6 +605,8 @@ class InstanceController:
         desired = render_pod(instance, inputs)
         digest = _template_hash(desired)
         desired["metadata"]["annotations"] = {TEMPLATE_HASH: digest}
+        if inputs.steered_to:
+            desired["metadata"]["annotations"][STEERED_ANNOTATION] = ",".join(inputs.steered_to)
         if pod is not None:
             if not belongs_to(instance, pod):
                 # A previous incarnation's Pod still holds the name: remove it, look again.
@@ -606,7 +619,7 @@ class InstanceController:
             if current is not None and current != digest:
                 await self._delete_pod(instance, pod, "Restarting", "the spec changed")
                 return PREDECESSOR_RECHECK
-            return None
+            return await self._resteer(instance, pod, inputs)
         try:
             await self.client.create(PODS.path(meta.namespace), desired)
         except AlreadyExists:
@@ -614,6 +627,34 @@ class InstanceController:
         self.writes.append(("create", f"pod {meta.namespace}/{meta.name}"))
         self._event(instance, "Normal", "Created", f"created Pod {meta.name}")
         return None
+
+    async def _resteer(
+        self, instance: Instance, pod: dict[str, Any], inputs: PodInputs
+    ) -> float | None:
+        """Replace a gated Pod the node-devices check keeps refusing, when room moved.
+
+        A Pod is steered once, at creation, to the flavors that could hold it then (or not at
+        all, when none could). While Kueue holds it and the check answers ``Retry``, Kueue
+        assigns the same first flavor again after every requeue; if a card frees up on a node
+        of another flavor, the Pod would wait for ever. So while it waits on ``Retry`` the
+        flavors that can hold it are looked up again, and when they are a different, non-empty
+        set the Pod — never scheduled, never run — is deleted, to be created steered anew. A
+        pinned Pod is never re-steered (its node is the user's choice).
+        """
+        if inputs.flavors or pod.get("spec", {}).get("nodeName"):
+            return None
+        admission = self._admission(instance, pod)
+        if admission.waiting is None or admission.waiting.reason != "Retry":
+            return None
+        fresh = await self._steered(instance, inputs)
+        said = (pod["metadata"].get("annotations") or {}).get(STEERED_ANNOTATION, "")
+        if not fresh.steered_to or ",".join(fresh.steered_to) == said:
+            return None
+        names = ", ".join(fresh.steered_to)
+        await self._delete_pod(
+            instance, pod, "Resteering", f"the check refuses its flavor; room is now on {names}"
+        )
+        return PREDECESSOR_RECHECK
 
     async def _delete_pod(
         self, instance: Instance, pod: dict[str, Any] | None, reason: str, why: str

@@ -27,6 +27,8 @@ TYPE_LABEL: Final = "resource.gpustack.ai/type"
 INSTANCES_TYPE: Final = "instances"
 QUEUE_LABEL: Final = contract.KUEUE_QUEUE_LABEL
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+STEERED_ANNOTATION: Final = "worker.gpustack.ai/steered-to"
+"""On a Pod created steered by fit: the flavors it was steered to, comma-separated."""
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "gpustack-operator"
 """On the isolation policy: only an object carrying it is ever collected (never a hand-made one)."""
@@ -72,6 +74,9 @@ class PodInputs:
     """The type's LocalQueue (its ``entrance``): the Pod then waits for Kueue's admission."""
     hostname: str | None = None
     """The ``kubernetes.io/hostname`` label of ``spec.nodeName``'s Node (not always the name)."""
+    steered_to: tuple[str, ...] = ()
+    """The names of the flavors in ``flavors`` when they were chosen by fit (not by a pin):
+    recorded on the Pod (:data:`STEERED_ANNOTATION`) so a stale choice can be seen."""
     flavors: tuple[Mapping[str, str], ...] = ()
     """The ``nodeLabels`` of the type's flavors Kueue may assign (:func:`flavor_affinity`):
     with ``spec.nodeName`` the one the pinned node forms
