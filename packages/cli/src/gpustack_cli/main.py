@@ -110,13 +110,33 @@ def kueue_config() -> None:
     Paste it under ``resources:`` in Kueue's ``controller_manager_config.yaml`` (its config
     map): accelerator requests become credits.gpustack.ai/<manufacturer>, and what no queue of
     the operator declares is left out of Kueue's check (docs/instancetypes.md, "Kueue's
-    configuration").
+    configuration"). A base moved off its default with
+    $GPUSTACK_<MANUFACTURER>_ACCELERATABLE_RESOURCE_NAME (the chart's resourceNames) is
+    read from the environment, as the worker and the Device Managers read it.
     """
     import yaml
 
     from gpustack_core.kueueconfig import resources
+    from gpustack_core.resourceconfig import names_with
 
-    typer.echo(yaml.safe_dump({"resources": resources()}, sort_keys=False), nl=False)
+    block = resources(names_with(_resource_bases()))
+    typer.echo(yaml.safe_dump({"resources": block}, sort_keys=False), nl=False)
+
+
+def _resource_bases() -> dict[str, str]:
+    """The configured resource bases ($GPUSTACK_<MFR>_ACCELERATABLE_RESOURCE_NAME), or a refusal.
+
+    Read once at start, before anything serves: a bad value is refused in one line naming the
+    variable, never replaced by the default (which would fight another plugin for the name).
+    """
+    import os
+
+    from gpustack_core.resourceconfig import configured_bases
+
+    try:
+        return configured_bases(os.environ)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def _csv(value: str | None) -> list[str] | None:
@@ -262,6 +282,7 @@ def worker(
         client_ca_file=client_ca_file,
         authentication_skip_lookup=authentication_skip_lookup,
         node_features=node_features,
+        resource_bases=_resource_bases(),
         node_capacity=node_capacity,
         instance_controller=instance_controller,
         node_devices_check=node_devices_check,
@@ -438,6 +459,15 @@ def dm_serve(
             show_default=False,
         ),
     ] = None,
+    force_device_plugin: Annotated[
+        bool,
+        typer.Option(
+            help=(
+                "Register the device plugin even where another plugin already holds one of its"
+                " resource names on this kubelet (default: log it and wait until it is gone)."
+            )
+        ),
+    ] = False,
     shared: Annotated[bool, typer.Option(help="Serve the <base>.shared resource.")] = True,
     sliced: Annotated[bool, typer.Option(help="Serve the <base>.sliced resource.")] = True,
     partitioned: Annotated[
@@ -472,6 +502,7 @@ def dm_serve(
         )
     if bind_replayed_pids and proc_root is None:
         proc_root = Path("/proc")  # the live processes, not the recording's own /proc
+    _resource_bases()
     logs.configure(log_level, json_logs=log_json)
     period = parse_duration(monitor_period)
     with refusing_bad_recordings("device-manager serve", json_logs=log_json):
@@ -501,6 +532,7 @@ def dm_serve(
         pod_resources_socket=pod_resources_socket,
         confirm_grants=confirm_grants,
         plugin_modes=frozenset(AllocationMode) - dropped,
+        force_device_plugin=force_device_plugin,
     )
     from gpustack_kube.config import KubeConfigError
 

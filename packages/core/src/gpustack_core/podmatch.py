@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from gpustack_core import contract
+from gpustack_core.modes import Manufacturer
 from gpustack_core.requests import DEFAULT_NAMES
 from gpustack_core.resources import ResourceNames
 
@@ -101,10 +102,22 @@ def match_conditions_json(names: Sequence[ResourceNames] = DEFAULT_NAMES) -> str
     return json.dumps(match_conditions(names), indent=2) + "\n"
 
 
+def default_bases_json() -> str:
+    """Manufacturer -> default base, as ``clusters/chart/admission/resource-bases.json``.
+
+    The chart's ``resourceNames`` moves a manufacturer off its default base; to rewrite the
+    conditions above it must know which literals the default spelled (its template replaces
+    ``'<default>'``, ``'<default>.sliced'``, ``'<default>.partitioned'``).
+    """
+    bases = {m.value: m.resource_base for m in Manufacturer}
+    return json.dumps(bases, indent=2) + "\n"
+
+
 __all__ = [
     "ASKS",
     "NOT_OPTED_OUT",
     "asks_expression",
+    "default_bases_json",
     "folded_expression",
     "match_conditions",
     "match_conditions_json",

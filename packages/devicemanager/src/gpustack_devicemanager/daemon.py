@@ -100,6 +100,8 @@ class ServeOptions:
     """The kubelet's registration socket; the plugin sockets are created beside it."""
     pod_resources_socket: Path = POD_RESOURCES_SOCKET
     plugin_modes: frozenset[AllocationMode] = frozenset(AllocationMode)
+    force_device_plugin: bool = False
+    """Register even where another device plugin holds one of our names (``coexist.py``)."""
     """The modes to serve (``--no-shared``, ``--no-sliced``, ``--no-partitioned`` remove one)."""
 
     confirm_grants: bool | None = None
@@ -358,6 +360,7 @@ async def _start_node_tasks(
                 pod_resources_socket=options.pod_resources_socket,
                 modes=options.plugin_modes,
                 confirm_grants=options.confirms_grants,
+                force=options.force_device_plugin,
             ),
             detection=detection,
         )

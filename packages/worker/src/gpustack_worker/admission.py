@@ -322,10 +322,14 @@ class AdmissionWebhook:
 
     @classmethod
     def of(
-        cls, client: KubeClient, *, fit_affinity: Callable[[], bool] = lambda: False
+        cls,
+        client: KubeClient,
+        *,
+        names: Sequence[ResourceNames] = DEFAULT_NAMES,
+        fit_affinity: Callable[[], bool] = lambda: False,
     ) -> AdmissionWebhook:
-        """The webhook reading ``Devices`` through ``client``."""
-        return cls(DevicesCache(client), fit_affinity=fit_affinity)
+        """The webhook reading ``Devices`` through ``client``, judging ``names``."""
+        return cls(DevicesCache(client), names, fit_affinity=fit_affinity)
 
     async def handle(self, path: str, body: bytes) -> tuple[int, bytes]:
         """``(status, body)`` for one POST: 200 with a review, or 400 with one line."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +37,8 @@ from gpustack_core.names import (
     dns1123_subdomain_problem,
     path_segment_problem,
 )
+from gpustack_core.requests import DEFAULT_NAMES
+from gpustack_core.resources import ResourceNames
 from gpustack_core.settings import Settings
 from gpustack_core.status import StatusError, no_route, not_found
 from gpustack_kube.client import ApiError, KubeClient, KubeError, PatchType
@@ -92,6 +94,9 @@ class Surface:
     fit_labels: bool = False
     """The worker publishes the per-card fit labels, so the Pod webhook may pin to them (with
     the Setting ``workload-fit-affinity``)."""
+    names: Sequence[ResourceNames] = DEFAULT_NAMES
+    """The resource names the Pod webhook judges: the configured bases
+    (``gpustack_core.resourceconfig``), the same the device plugins register."""
 
 
 def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
@@ -246,6 +251,7 @@ def build_app(surface: Surface, *, fast_path: bool = True) -> QuartTrio:
     if surface.admission is None:
         surface.admission = AdmissionWebhook.of(
             surface.sources.client,
+            names=surface.names,
             fit_affinity=lambda: surface.fit_labels and surface.settings().workload_fit_affinity,
         )
     if surface.instance_admission is None:

@@ -25,6 +25,7 @@ from hypercorn.config import Config
 
 from gpustack_core import contract
 from gpustack_core.kubelet import Summary, parse_summary
+from gpustack_core.resourceconfig import names_with
 from gpustack_core.snapshot import Freshness
 from gpustack_kube.certs import CA_FILE
 from gpustack_kube.client import KubeClient, KubeError
@@ -101,6 +102,10 @@ class WorkerOptions:
     hosts: Sequence[str] = field(default_factory=lambda: ("localhost", "127.0.0.1"))
     node_features: bool = True
     """Publish every Node's ``<node>-gpustack-worker`` NodeFeature (nodefeatures.py)."""
+    resource_bases: Mapping[str, str] = field(default_factory=dict)
+    """Manufacturer -> extended-resource base where the cluster moved ours off the default
+    (``GPUSTACK_<MFR>_ACCELERATABLE_RESOURCE_NAME``, ``gpustack_core.resourceconfig``): the
+    Pod webhook judges and node capacity patches the names the device plugins register."""
     node_capacity: bool = True
     """Patch each Node's companion extended resources (``.sliced.units`` …) from its
     ``Devices`` (nodecapacity.py), so Sliced and Partitioned Pods can be scheduled."""
@@ -335,6 +340,7 @@ async def serve(
                 ready=lambda: None,
                 settings=lambda: operator_settings.current,
                 fit_labels=options.node_devices_check,
+                names=names_with(options.resource_bases),
             )
             app = build_app(surface)
             controllers = _start_tasks(
@@ -434,7 +440,9 @@ def _start_tasks(
             )
         )
     if options.node_capacity:
-        nursery.start_soon(partial(run_node_capacity, client, nodes=nodes))
+        nursery.start_soon(
+            partial(run_node_capacity, client, nodes=nodes, bases=options.resource_bases)
+        )
     if options.instance_controller:
         controller = InstanceController(
             client,

@@ -23,6 +23,7 @@ import trio
 from gpustack_core.modes import AllocationMode
 from gpustack_core.tokens import pool
 from gpustack_devicemanager.deviceplugin.allocate import Allocator
+from gpustack_devicemanager.deviceplugin.coexist import Conflict, conflict
 from gpustack_devicemanager.deviceplugin.plugin import (
     PREFERRING,
     AllocationRefusedError,
@@ -62,6 +63,10 @@ class PluginOptions:
     confirm_grants: bool = True
     """Count a Pod's annotation as held only where PodResources (or this process) backs it
     (``holdings.py``); ``--no-confirm-grants`` turns it off with the monitor's check."""
+    force: bool = False
+    """Register even where another device plugin holds one of our names (``coexist.py``)."""
+    conflict_recheck: float = 30.0
+    """While another plugin holds a name, how often to look whether it is gone."""
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -105,6 +110,8 @@ class DevicePlugins:
     sockets: dict[AllocationMode, Path]
     registrations: int = 0
     """Successful ``Register`` calls so far, re-registrations included."""
+    blocked: Conflict | None = None
+    """While set, another plugin holds one of our names and nothing is registered."""
     _served: list[_Served] = field(default_factory=list, repr=False)
 
 
@@ -160,6 +167,8 @@ async def run_device_plugins(
     if not served:
         log.warning("no device-plugin resource to serve: no detected card offers any mode")
     try:
+        if not options.force and await _wait_for_the_name(options, served, handle, task_status):
+            task_status = trio.TASK_STATUS_IGNORED  # already started while waiting
         for s in served:
             await trio.to_thread.run_sync(s.start)
         await _keep_registered(options, served, handle)
@@ -171,6 +180,36 @@ async def run_device_plugins(
         for s in served:
             s.stop()
             s.socket.unlink(missing_ok=True)
+
+
+async def _wait_for_the_name(
+    options: PluginOptions,
+    served: list[_Served],
+    handle: DevicePlugins,
+    task_status: trio.TaskStatus[DevicePlugins],
+) -> bool:
+    """Hold off registering while another plugin holds one of our names; whether it waited.
+
+    The daemon's start does not wait on this (the monitor and the exporter serve meanwhile):
+    the task reports started at once, with ``handle.blocked`` set.
+    """
+    directory = options.kubelet_socket.parent
+    resources = [s.plugin.resource for s in served]
+    found = await trio.to_thread.run_sync(conflict, directory, resources)
+    if found is None:
+        return False
+    handle.blocked = found
+    log.error("%s", found.line())
+    task_status.started(handle)
+    while found is not None:
+        await trio.sleep(options.conflict_recheck)
+        again = await trio.to_thread.run_sync(conflict, directory, resources)
+        if again is not None and again != found:
+            log.error("%s", again.line())
+        found = again
+        handle.blocked = found
+    log.warning("no other device plugin holds %s any more: registering", ", ".join(resources))
+    return True
 
 
 async def _keep_registered(

@@ -4,7 +4,8 @@ Detection becomes the inventory (the daemon hands over the one it made before th
 started, so the vendor library is never asked twice at once; a ``redetect`` period repeats it
 for a backend that tolerates that), the Pod informer feeds the holdings, and the plugin servers
 run until the daemon stops. The resource base can be overridden per manufacturer with
-``GPUSTACK_<MFR>_RESOURCE_NAME``, as the reference operator allows.
+``GPUSTACK_<MFR>_ACCELERATABLE_RESOURCE_NAME`` (or the older ``GPUSTACK_<MFR>_RESOURCE_NAME``),
+as the reference operator allows (``gpustack_core.resourceconfig``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import trio
 
+from gpustack_core.resourceconfig import configured_bases
 from gpustack_core.resources import ResourceNames
 from gpustack_devicemanager.deviceplugin.allocate import Allocator
 from gpustack_devicemanager.deviceplugin.inventory import inventory_of
@@ -34,10 +36,13 @@ log = logging.getLogger("gpustack.devicemanager.deviceplugin")
 
 
 def resource_names(manufacturer: str, environ: Mapping[str, str] | None = None) -> ResourceNames:
-    """The manufacturer's names, with ``GPUSTACK_<MFR>_RESOURCE_NAME`` as the base if set."""
-    env = os.environ if environ is None else environ
-    base = env.get(f"GPUSTACK_{manufacturer.upper()}_RESOURCE_NAME") or None
-    return ResourceNames.of(manufacturer, base)
+    """The manufacturer's names, with its configured base if one is set.
+
+    Raises ``ValueError`` (one line naming the variable) for a bad configuration;
+    ``device-manager serve`` checks it before starting, so it never surfaces here.
+    """
+    bases = configured_bases(os.environ if environ is None else environ)
+    return ResourceNames.of(manufacturer, bases.get(manufacturer))
 
 
 async def serve_device_plugins(
