@@ -285,10 +285,29 @@ def _kubelet_rules(objects: list[dict[str, Any]]) -> dict[str, set[str]]:
 
 
 def test_kubelet_access_chooses_the_grant_and_the_flags_together() -> None:
-    """proxy grants nodes/proxy only; direct grants nodes/stats only, and says so on argv."""
-    proxied = _kubelet_rules(render())
-    assert len(proxied) == 2
-    assert all(grants == {"nodes/proxy"} for grants in proxied.values())
+    """proxy grants nodes/proxy only; direct grants nodes/stats only, and says so on argv.
+
+    By default (issue #31, item 5) the Device Manager reads its own kubelet directly
+    (nodes/stats: no token on a GPU node reaches every kubelet's exec) and the worker through
+    the API server; each daemon's value switches its own grant and flags.
+    """
+    dm_role = "gpustack-operator-device-manager"
+    defaults = render()
+    assert _kubelet_rules(defaults) == {WORKER: {"nodes/proxy"}, dm_role: {"nodes/stats"}}
+    for daemonset in of_kind(defaults, "DaemonSet"):
+        given = flags(container(daemonset)["args"])
+        assert given["--kubelet-access"] == "direct"
+        assert given["--kubelet-port"] == "10250"
+        assert "--kubelet-insecure-tls" not in given
+    assert flags(container(find(defaults, "Deployment", WORKER))["args"])["--kubelet-access"] == (
+        "proxy"
+    )
+    proxied = render({"deviceManager": {"kubeletAccess": "proxy"}})
+    assert _kubelet_rules(proxied) == {WORKER: {"nodes/proxy"}, dm_role: {"nodes/proxy"}}
+    for daemonset in of_kind(proxied, "DaemonSet"):
+        given = flags(container(daemonset)["args"])
+        assert given["--kubelet-access"] == "proxy"
+        assert "--kubelet-port" not in given
     direct = render({"kubelet": {"access": "direct", "insecureTLS": True}})
     rules = _kubelet_rules(direct)
     assert len(rules) == 2
@@ -304,6 +323,7 @@ def test_kubelet_access_chooses_the_grant_and_the_flags_together() -> None:
     worker = flags(container(find(direct, "Deployment", WORKER))["args"])
     assert worker["--device-manager-monitor-period"] == "15s"
     render_fails({"kubelet": {"access": "sideways"}})
+    render_fails({"deviceManager": {"kubeletAccess": "sideways"}})
 
 
 # -- the worker ------------------------------------------------------------------------------
@@ -477,7 +497,7 @@ def test_the_device_managers_rbac() -> None:
     assert _grants(find(objects, "ClusterRole", DM)) == {
         ("", "pods", "list"),
         ("", "pods", "watch"),
-        ("", "nodes/proxy", "get"),
+        ("", "nodes/stats", "get"),  # its own kubelet, read directly (not nodes/proxy)
         ("", "nodes", "get"),
         ("worker.gpustack.ai", "devices", "get"),
         ("worker.gpustack.ai", "devices", "create"),
@@ -497,6 +517,43 @@ def test_the_device_managers_rbac() -> None:
     }
     _binds(find(objects, "RoleBinding", features), "Role", features, DM)
     find(objects, "ServiceAccount", DM)
+
+
+def test_the_device_managers_pod_patches_are_bound_to_its_node() -> None:
+    """Issue #31, item 5: RBAC grants patch on every Pod; the policy narrows it to its node."""
+    name = f"{DM}-own-node"
+    policy = find(render(), "ValidatingAdmissionPolicy", name)
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}
+    ]
+    assert spec["matchConditions"] == [
+        {
+            "name": "device-manager",
+            "expression": f"request.userInfo.username == 'system:serviceaccount:{NAMESPACE}:{DM}'",
+        }
+    ]
+    [variable] = spec["variables"]
+    assert (
+        "request.userInfo.extra['authentication.kubernetes.io/node-name']"
+        in (variable["expression"])
+    )
+    assert [v["expression"] for v in spec["validations"]] == [
+        "variables.node != ''",
+        "has(oldObject.spec.nodeName) && oldObject.spec.nodeName == variables.node",
+    ]
+    assert {v["reason"] for v in spec["validations"]} == {"Forbidden"}
+    binding = find(render(), "ValidatingAdmissionPolicyBinding", name)
+    assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+    # No Pod patches without the device plugin, and the policy can be left out.
+    for values in (
+        {"deviceManager": {"devicePlugin": {"enabled": False}}},
+        {"deviceManager": {"devicePlugin": {"ownNodePolicy": False}}},
+    ):
+        kinds = {o["kind"] for o in render(values)}
+        assert "ValidatingAdmissionPolicy" not in kinds
+        assert "ValidatingAdmissionPolicyBinding" not in kinds
 
 
 def test_reading_metrics_is_aggregated_into_view_edit_and_admin() -> None:
@@ -633,7 +690,13 @@ def test_every_namespaced_object_follows_the_release_namespace() -> None:
         "APIService",
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     }
+    policy = find(objects, "ValidatingAdmissionPolicy", f"{DM}-own-node")
+    assert policy["spec"]["matchConditions"][0]["expression"] == (
+        f"request.userInfo.username == 'system:serviceaccount:gpu-ops:{DM}'"
+    )
     for obj in objects:
         namespace = obj["metadata"].get("namespace")
         if obj["kind"] in cluster_scoped:
