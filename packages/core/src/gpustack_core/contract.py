@@ -42,6 +42,10 @@ API_VERSION: Final = "v1"
 """The version the worker serves (Instances and their ``metrics`` subresource)."""
 CRD_VERSION: Final = "v1alpha1"
 """The Instance CRD's stored version."""
+SETTINGS_API_GROUP: Final = "gpustack.ai"
+SETTINGS_API_VERSION: Final = "v1"
+"""Where the worker serves the operator Settings as the ``Setting`` resource (the reference's
+``gpustack.ai/v1``, backed by the Secret ``gpustack-settings``; docs/settings.md)."""
 
 POD_MUTATE_PATH: Final = "/mutate-v1-pod"
 POD_VALIDATE_PATH: Final = "/validate-v1-pod"

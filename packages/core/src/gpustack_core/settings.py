@@ -294,6 +294,26 @@ class Resolution:
     """Deprecated ConfigMap keys the Secret overrides (edits there no longer apply)."""
 
 
+def source_of(
+    key: Key,
+    secret: Mapping[str, str] | None,
+    configmap: Mapping[str, str] | None,
+    seeded: Mapping[str, str],
+) -> tuple[str, Source, str]:
+    """The text ``key`` takes, where it comes from, and that place as a message names it.
+
+    The Secret first, else the deprecated ConfigMap, else the seed (``GPUSTACK_<UPPER_SNAKE>``
+    or the default). :func:`resolve` parses this text, and the ``Setting`` resource serves it,
+    so what ``kubectl get settings`` shows for a key the Secret lacks is what the worker applies.
+    """
+    if secret is not None and key.name in secret:
+        return secret[key.name], "secret", f"{SECRET} {key.name}"
+    old = _deprecated_value(key, configmap or {})
+    if old is not None:
+        return old[1], "configmap", f"{DEPRECATED_CONFIGMAP} {old[0]}"
+    return seeded.get(key.name, key.default), "seed", key.env
+
+
 def resolve(
     secret: Mapping[str, str] | None,
     configmap: Mapping[str, str] | None,
@@ -310,17 +330,10 @@ def resolve(
     problems: list[str] = []
     shadowed: list[str] = []
     for key in KEYS:
+        text, source, where = source_of(key, secret, configmap, seeded)
         old = _deprecated_value(key, configmap or {})
-        source: Source
-        if secret is not None and key.name in secret:
-            text, source, where = secret[key.name], "secret", f"{SECRET} {key.name}"
-            if old is not None:
-                shadowed.append(old[0])
-        elif old is not None:
-            text, source = old[1], "configmap"
-            where = f"{DEPRECATED_CONFIGMAP} {old[0]}"
-        else:
-            text, source, where = seeded.get(key.name, key.default), "seed", key.env
+        if source == "secret" and old is not None:
+            shadowed.append(old[0])
         try:
             values[key.attribute] = key.parse(text)
         except SettingError as exc:
@@ -377,4 +390,5 @@ __all__ = [
     "parse_ratio",
     "resolve",
     "seeds",
+    "source_of",
 ]

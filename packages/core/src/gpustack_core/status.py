@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -32,6 +33,7 @@ class StatusError(Exception):
         name: str = "",
         group: str = "",
         reason: str = "",
+        causes: Sequence[Mapping[str, str]] = (),
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -39,6 +41,8 @@ class StatusError(Exception):
         self.details: dict[str, Any] = {
             k: v for k, v in (("name", name), ("group", group), ("kind", kind)) if v
         }
+        if causes:  # ``{reason, message, field}`` each: kubectl prints "<field>: <message>"
+            self.details["causes"] = [dict(cause) for cause in causes]
         self.reason = reason or REASONS.get(code, "InternalError")
 
     def body(self) -> bytes:
