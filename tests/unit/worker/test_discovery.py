@@ -22,6 +22,10 @@ from gpustack_worker.discovery import (
 V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
 GROUP_VERSION = {"groupVersion": "worker.gpustack.ai/v1", "version": "v1"}
+SETTINGS_VERSION = {"groupVersion": "gpustack.ai/v1", "version": "v1"}
+SETTING_VERBS = ["get", "list", "patch", "update", "watch"]
+"""The reference's Setting: get/list/watch/update/patch, no create or delete
+(shared/reference/instancetypes.md, "Settings the chain reads")."""
 
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 """Every verb of an Instance at v1: reads, watches and writes."""
@@ -42,6 +46,37 @@ def test_api_group_list() -> None:
                 "name": "worker.gpustack.ai",
                 "versions": [GROUP_VERSION],
                 "preferredVersion": GROUP_VERSION,
+            },
+            {
+                "name": "gpustack.ai",
+                "versions": [SETTINGS_VERSION],
+                "preferredVersion": SETTINGS_VERSION,
+            },
+        ],
+    }
+
+
+def test_the_settings_group_and_its_resource_list() -> None:
+    assert api_group("gpustack.ai") == {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": "gpustack.ai",
+        "versions": [SETTINGS_VERSION],
+        "preferredVersion": SETTINGS_VERSION,
+    }
+    assert discovery.settings_resource_list() == {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "gpustack.ai/v1",
+        "resources": [
+            {
+                "name": "settings",
+                "singularName": "setting",
+                "namespaced": True,
+                "kind": "Setting",
+                "verbs": SETTING_VERBS,
+                "shortNames": ["set"],
+                "categories": ["gpustack"],
             }
         ],
     }
@@ -120,7 +155,31 @@ def test_aggregated_discovery(version: str) -> None:
                         "freshness": "Current",
                     }
                 ],
-            }
+            },
+            {
+                "metadata": {"name": "gpustack.ai"},
+                "versions": [
+                    {
+                        "version": "v1",
+                        "resources": [
+                            {
+                                "resource": "settings",
+                                "responseKind": {
+                                    "group": "gpustack.ai",
+                                    "version": "v1",
+                                    "kind": "Setting",
+                                },
+                                "scope": "Namespaced",
+                                "singularResource": "setting",
+                                "verbs": SETTING_VERBS,
+                                "shortNames": ["set"],
+                                "categories": ["gpustack"],
+                            }
+                        ],
+                        "freshness": "Current",
+                    }
+                ],
+            },
         ],
     }
     assert aggregated_content_type(version) == (
@@ -136,15 +195,17 @@ def test_aggregated_discovery_refuses_an_unserved_version() -> None:
 
 def test_the_legacy_and_aggregated_documents_agree() -> None:
     """One resource list, two spellings: every legacy entry is in the aggregated one."""
-    legacy = {(r["name"], r["kind"], tuple(r["verbs"])) for r in api_resource_list()["resources"]}
+    lists = [api_resource_list(), discovery.settings_resource_list()]
+    legacy = {(r["name"], r["kind"], tuple(r["verbs"])) for d in lists for r in d["resources"]}
     aggregated = set()
-    for resource in aggregated_discovery()["items"][0]["versions"][0]["resources"]:
-        aggregated.add(
-            (resource["resource"], resource["responseKind"]["kind"], tuple(resource["verbs"]))
-        )
-        for sub in resource["subresources"]:
-            name = f"{resource['resource']}/{sub['subresource']}"
-            aggregated.add((name, sub["responseKind"]["kind"], tuple(sub["verbs"])))
+    for item in aggregated_discovery()["items"]:
+        for resource in item["versions"][0]["resources"]:
+            aggregated.add(
+                (resource["resource"], resource["responseKind"]["kind"], tuple(resource["verbs"]))
+            )
+            for sub in resource.get("subresources", ()):
+                name = f"{resource['resource']}/{sub['subresource']}"
+                aggregated.add((name, sub["responseKind"]["kind"], tuple(sub["verbs"])))
     assert legacy == aggregated
 
 

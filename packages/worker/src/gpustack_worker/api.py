@@ -39,12 +39,12 @@ from gpustack_core.names import (
 )
 from gpustack_core.requests import DEFAULT_NAMES
 from gpustack_core.resources import ResourceNames
-from gpustack_core.settings import Settings
+from gpustack_core.settings import Key, Settings
 from gpustack_core.status import StatusError, no_route, not_found
 from gpustack_kube.client import ApiError, KubeClient, KubeError, PatchType
 from gpustack_kube.guard import RequestGuard
 from gpustack_kube.paths import INSTANCES
-from gpustack_worker import discovery, openapi
+from gpustack_worker import discovery, openapi, settings_v1
 from gpustack_worker.admission import MAX_REVIEW_BYTES, PHASES, AdmissionWebhook
 from gpustack_worker.authn import Authenticator, Unauthenticated, UserInfo
 from gpustack_worker.authz import Attributes, AuthorizationError, Authorizer, forbidden_message
@@ -53,6 +53,7 @@ from gpustack_worker.instance_admission import InstanceWebhook
 from gpustack_worker.instances_v1 import as_v1, storage_body, table, table_version
 from gpustack_worker.instancetype_admission import PHASES as INSTANCE_TYPE_PHASES
 from gpustack_worker.instancetype_admission import InstanceTypeWebhook
+from gpustack_worker.settings_api import SettingsStore, Texts, default_texts
 from gpustack_worker.subresource import Sources, Unavailable, instance_metrics_json
 from gpustack_worker.tls import presented_chain
 
@@ -63,6 +64,8 @@ JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
 GROUP = discovery.GROUP
 V1 = f"/apis/{GROUP}/v1"
+SETTINGS_GROUP = discovery.SETTINGS_GROUP
+SETTINGS_V1 = f"/apis/{SETTINGS_GROUP}/{discovery.SETTINGS_VERSION}"
 HEALTH_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
 RESPONSE_TIMEOUT = 30
 """Seconds a response may take to leave (Quart's ``RESPONSE_TIMEOUT``, the fast path's too)."""
@@ -85,6 +88,9 @@ class Surface:
     """The Pod webhook; ``None`` builds one over ``sources.client``."""
     settings: Callable[[], Settings] = Settings
     """The operator Settings in force (``OperatorSettings.current``); the defaults without."""
+    setting_texts: Texts = default_texts
+    """Every key's text in force given the Secret's (``OperatorSettings.texts``): what a
+    ``Setting`` shows for a key the Secret lacks."""
     instance_admission: InstanceWebhook | None = None
     """The Instance webhook; ``None`` builds one sharing the Pod webhook's ``Devices`` cache."""
     instance_type_admission: InstanceTypeWebhook | None = None
@@ -127,12 +133,12 @@ def _segments(path: str) -> list[str]:
     return [unquote(part, errors="strict") for part in parts]
 
 
-def _v1_parts(path: str) -> list[str] | None:
-    """The decoded segments under ``/apis/worker.gpustack.ai/v1/``; ``None`` outside it."""
-    if not path.startswith(V1 + "/"):
+def _v1_parts(path: str, root: str = V1) -> list[str] | None:
+    """The decoded segments under ``root`` (``/apis/worker.gpustack.ai/v1/``); ``None`` outside."""
+    if not path.startswith(root + "/"):
         return None
     try:
-        return _segments(path[len(V1) + 1 :])
+        return _segments(path[len(root) + 1 :])
     except UnicodeDecodeError as exc:
         raise StatusError(400, "the request path is not valid UTF-8") from exc
 
@@ -315,6 +321,9 @@ def build_app(surface: Surface, *, fast_path: bool = True) -> QuartTrio:
 class _Routes:
     def __init__(self, surface: Surface) -> None:
         self.surface = surface
+        self.settings = SettingsStore(
+            surface.sources.client, surface.sources.system_namespace, surface.setting_texts
+        )
 
     async def dispatch(self, raw_path: str) -> Response:
         path = raw_path.rstrip("/") or "/"
@@ -428,6 +437,9 @@ class _Routes:
         static = STATIC.get(path)
         if static is not None:
             return static()
+        settings = _v1_parts(path, SETTINGS_V1)
+        if settings is not None:
+            return await self.setting_read(user, settings)
         parts = _v1_parts(path)
         if parts is None:
             raise no_route()
@@ -447,6 +459,9 @@ class _Routes:
     async def write(self, path: str, user: UserInfo) -> Response:
         """POST, PUT, PATCH and DELETE of Instances (nothing else here takes a write)."""
         method = request.method
+        match method, _v1_parts(path, SETTINGS_V1):
+            case (("PUT" | "PATCH"), ["namespaces", namespace, "settings", name]):
+                return await self.setting_write(user, namespace, name)
         match method, _v1_parts(path):
             case "POST", ["namespaces", namespace, "instances"]:
                 return await self.instance_write(user, "create", namespace, None)
@@ -496,6 +511,115 @@ class _Routes:
         except KubeError as exc:
             raise StatusError(503, f"the Instance store is unavailable: {exc}") from exc
         return _json(as_v1(answer))
+
+    # -- Settings: the Secret gpustack-settings, one object per key (settings_v1) ----------
+
+    async def setting_read(self, user: UserInfo, parts: list[str]) -> Response:
+        """``get``, ``list`` and ``watch`` of Settings, all namespaces or one."""
+        namespace: str | None
+        name: str | None
+        match parts:
+            case ["settings"]:
+                namespace, name = None, None
+            case ["namespaces", namespace, "settings"]:
+                name = None
+            case ["namespaces", namespace, "settings", name]:
+                pass
+            case _:
+                raise no_route()
+        _check_names(namespace, None)
+        key = None if name is None else self._setting_key(namespace, name)
+        watching = request.args.get("watch", "").lower() in {"1", "true"}
+        if watching and name is not None:
+            raise StatusError(405, "watch one Setting with fieldSelector=metadata.name=…")
+        fields = settings_v1.field_selector(request.args.get("fieldSelector", ""))
+        settings_v1.label_selector(request.args.get("labelSelector", ""))
+        verb = "get" if name is not None else "watch" if watching else "list"
+        await self.authorize(user, _setting_attributes(verb, namespace, name or fields.name))
+        version = table_version(request.headers.get("Accept", ""))
+        here = namespace in (None, self.settings.namespace)
+        if watching:
+            return self._setting_watch(fields if here else None, version)
+        if key is not None:
+            obj = await self.settings.get(key)
+            return _json(settings_v1.table([obj], version) if version else obj)
+        if here:
+            listed = await self.settings.list(fields)
+        else:  # a namespace with no Settings: an empty list, as for any namespaced resource
+            listed = {"apiVersion": settings_v1.API_VERSION, "kind": settings_v1.LIST_KIND,
+                      "metadata": {}, "items": []}  # fmt: skip
+        if version is not None:
+            return _json(settings_v1.table(listed["items"], version, listed["metadata"]))
+        return _json(listed)
+
+    def _setting_key(self, namespace: str | None, name: str) -> Key:
+        """The key a Setting path names, checked before anything is authorized or read.
+
+        A name that is no key, or a namespace other than the release's, is 404: neither answer
+        depends on any state, so it tells nobody anything the documentation does not.
+        """
+        _check_names(namespace, None)
+        problem = path_segment_problem(name)
+        if problem is not None:
+            raise StatusError(400, f"invalid resource name {name!r}: {problem}")
+        key = settings_v1.known_key(name)
+        if namespace != self.settings.namespace:
+            raise settings_v1.not_found(name)
+        return key
+
+    def _setting_watch(self, fields: settings_v1.Fields | None, version: str | None) -> Response:
+        """The Settings' watch, streamed from the Secret's (``fields=None``: nothing here)."""
+        try:
+            wanted_seconds = int(request.args.get("timeoutSeconds", MAX_WATCH_SECONDS))
+        except ValueError as exc:
+            raise StatusError(400, "timeoutSeconds is not a whole number") from exc
+        seconds = max(1, min(wanted_seconds, MAX_WATCH_SECONDS))
+        resource_version = request.args.get("resourceVersion", "")
+        bookmarks = request.args.get("allowWatchBookmarks", "").lower() in {"1", "true"}
+
+        async def relay() -> AsyncIterator[bytes]:
+            if fields is None:
+                await trio.sleep(seconds)  # nothing lives here: an empty watch, then its end
+                return
+            events = self.settings.watch(fields, resource_version, seconds, bookmarks)
+            async with aclosing(events):
+                async for event in events:
+                    sent = event
+                    if version is not None and event["type"] in {"ADDED", "MODIFIED"}:
+                        sent = {**event, "object": settings_v1.table([event["object"]], version)}
+                    elif version is not None and event["type"] == "BOOKMARK":
+                        continue
+                    yield json.dumps(sent, separators=(",", ":")).encode() + b"\n"
+
+        response = Response(relay(), status=200, content_type="application/json;stream=watch")
+        response.timeout = None  # the stream lasts as long as the Secret's watch
+        return response
+
+    async def setting_write(self, user: UserInfo, namespace: str, name: str) -> Response:
+        """``update`` (PUT) or ``patch`` (merge patch) of one Setting: one key of the Secret."""
+        key = self._setting_key(namespace, name)
+        verb = "patch" if request.method == "PATCH" else "update"
+        await self.authorize(user, _setting_attributes(verb, namespace, name))
+        if verb == "patch":
+            if _media_type() != PatchType.MERGE.value:
+                raise StatusError(
+                    415,
+                    f"the patch type {_media_type() or '(none)'} is not supported for Settings: "
+                    f"use {PatchType.MERGE.value} (kubectl patch --type=merge)",
+                    reason="UnsupportedMediaType",
+                )
+            patch = _patch_body(await _body(), PatchType.MERGE)
+
+            def decide(current: dict[str, Any]) -> settings_v1.Wanted:
+                return settings_v1.wanted(key, current, settings_v1.merge_patch(current, patch))
+        else:
+            body = await _body(writes_object=True)
+
+            def decide(current: dict[str, Any]) -> settings_v1.Wanted:
+                return settings_v1.updated(key, current, body, namespace)
+
+        dry_run = request.args.get("dryRun", "") == "All"
+        return _json(await self.settings.write(key, decide, dry_run=dry_run))
 
     # -- Instances: proxied to the CRD ------------------------------------------------------
 
@@ -586,6 +710,17 @@ def _check_names(namespace: str | None, name: str | None) -> None:
         raise not_found("instances", name, GROUP)
 
 
+def _setting_attributes(verb: str, namespace: str | None, name: str) -> Attributes:
+    """What a Setting request asks of RBAC: ``<verb> settings.gpustack.ai`` in the namespace."""
+    return Attributes(
+        verb=verb,
+        group=discovery.SETTINGS_GROUP,
+        resource=discovery.SETTINGS,
+        namespace=namespace or "",
+        name=name,
+    )
+
+
 def _group_list() -> Response:
     """``/apis``: aggregated discovery v2 (or 1.27's v2beta1) when asked, else the legacy list."""
     version = discovery.aggregated_discovery_version(request.headers.get("Accept", ""))
@@ -610,6 +745,8 @@ def _v3_group() -> Response:
 STATIC: dict[str, Callable[[], Response]] = {
     f"/apis/{GROUP}": lambda: _json(discovery.api_group()),
     V1: lambda: _json(discovery.api_resource_list()),
+    f"/apis/{SETTINGS_GROUP}": lambda: _json(discovery.api_group(SETTINGS_GROUP)),
+    SETTINGS_V1: lambda: _json(discovery.settings_resource_list()),
     "/openapi/v2": lambda: _document(openapi.openapi_v2_bytes()),
     "/openapi/v3": lambda: _document(openapi.openapi_v3_index_bytes()),
     f"/openapi/v3/apis/{GROUP}/v1": _v3_group,

@@ -339,6 +339,7 @@ async def serve(
                 authorizer=Authorizer(client.post, nursery=nursery),
                 ready=lambda: None,
                 settings=lambda: operator_settings.current,
+                setting_texts=operator_settings.texts,
                 fit_labels=options.node_devices_check,
                 names=names_with(options.resource_bases),
             )

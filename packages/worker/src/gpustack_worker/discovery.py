@@ -1,4 +1,10 @@
-"""Discovery documents for ``worker.gpustack.ai/v1``, spelled as the kube-aggregator reads them.
+"""Discovery documents for the worker's group versions, spelled as the kube-aggregator reads them.
+
+The worker serves two group versions behind two APIServices pointing at its one Service: the
+Instances (``worker.gpustack.ai/v1``) and the operator Settings (``gpustack.ai/v1``, the
+reference's ``Setting``; :mod:`gpustack_worker.settings_v1`). Every document names both where it
+lists groups; the aggregator fetches one discovery per Service and takes from it the group
+version each APIService names, so one answer serves both.
 
 The aggregator marks the APIService unavailable when ``GET /apis/<group>/<version>`` fails,
 and a group it cannot discover turns namespace deletion into a hang (reference §4). So the
@@ -37,28 +43,63 @@ INSTANCE_VERBS: Final = ("create", "delete", "get", "list", "patch", "update", "
 """Every verb of an Instance at ``v1``: reads, watches and writes proxied to the CRD."""
 METRICS_VERBS: Final = ("get",)
 
+SETTINGS_GROUP: Final = contract.SETTINGS_API_GROUP
+SETTINGS_VERSION: Final = contract.SETTINGS_API_VERSION
+SETTINGS: Final = "settings"
+SETTING_KIND: Final = "Setting"
+SETTING_SHORT_NAMES: Final = ("set",)
+SETTING_CATEGORIES: Final = ("gpustack",)
+"""``kubectl get gpustack`` lists them, as the reference's category does."""
+SETTING_VERBS: Final = ("get", "list", "patch", "update", "watch")
+"""A fixed catalog: a Setting's value changes, its existence does not (no create, delete)."""
+GROUPS: Final = (GROUP, SETTINGS_GROUP)
+
 DISCOVERY_GROUP: Final = "apidiscovery.k8s.io"
 DISCOVERY_KIND: Final = "APIGroupDiscoveryList"
 DISCOVERY_VERSIONS: Final = ("v2", "v2beta1")
 """Aggregated discovery versions answered, in the server's order of preference."""
 
 
-def _version_entry() -> dict[str, str]:
-    return {"groupVersion": GROUP_VERSION, "version": VERSION}
+def _version_entry(group: str = GROUP) -> dict[str, str]:
+    return {"groupVersion": f"{group}/{VERSION}", "version": VERSION}
 
 
-def _group() -> dict[str, Any]:
-    return {"name": GROUP, "versions": [_version_entry()], "preferredVersion": _version_entry()}
+def _group(group: str = GROUP) -> dict[str, Any]:
+    return {
+        "name": group,
+        "versions": [_version_entry(group)],
+        "preferredVersion": _version_entry(group),
+    }
 
 
 def api_group_list() -> dict[str, Any]:
-    """``GET /apis``: only this server's group and version; the aggregator merges the rest."""
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group()]}
+    """``GET /apis``: only this server's groups and versions; the aggregator merges the rest."""
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(g) for g in GROUPS]}
 
 
-def api_group() -> dict[str, Any]:
-    """``GET /apis/worker.gpustack.ai``."""
-    return {"kind": "APIGroup", "apiVersion": "v1", **_group()}
+def api_group(group: str = GROUP) -> dict[str, Any]:
+    """``GET /apis/worker.gpustack.ai`` (or ``/apis/gpustack.ai``)."""
+    return {"kind": "APIGroup", "apiVersion": "v1", **_group(group)}
+
+
+def settings_resource_list() -> dict[str, Any]:
+    """``GET /apis/gpustack.ai/v1``: the Settings' APIService's availability check's target."""
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{SETTINGS_GROUP}/{SETTINGS_VERSION}",
+        "resources": [
+            {
+                "name": SETTINGS,
+                "singularName": "setting",
+                "namespaced": True,
+                "kind": SETTING_KIND,
+                "verbs": list(SETTING_VERBS),
+                "shortNames": list(SETTING_SHORT_NAMES),
+                "categories": list(SETTING_CATEGORIES),
+            }
+        ],
+    }
 
 
 def api_resource_list() -> dict[str, Any]:
@@ -92,8 +133,8 @@ def api_resource_list() -> dict[str, Any]:
     }
 
 
-def _gvk(kind: str) -> dict[str, str]:
-    return {"group": GROUP, "version": VERSION, "kind": kind}
+def _gvk(kind: str, group: str = GROUP) -> dict[str, str]:
+    return {"group": group, "version": VERSION, "kind": kind}
 
 
 def aggregated_discovery(version: str = "v2") -> dict[str, Any]:
@@ -119,15 +160,25 @@ def aggregated_discovery(version: str = "v2") -> dict[str, Any]:
             }
         ],
     }
+    setting = {
+        "resource": SETTINGS,
+        "responseKind": _gvk(SETTING_KIND, SETTINGS_GROUP),
+        "scope": "Namespaced",
+        "singularResource": "setting",
+        "verbs": list(SETTING_VERBS),
+        "shortNames": list(SETTING_SHORT_NAMES),
+        "categories": list(SETTING_CATEGORIES),
+    }
     return {
         "kind": DISCOVERY_KIND,
         "apiVersion": f"{DISCOVERY_GROUP}/{version}",
         "metadata": {},
         "items": [
             {
-                "metadata": {"name": GROUP},
-                "versions": [{"version": VERSION, "resources": [resource], "freshness": "Current"}],
+                "metadata": {"name": group},
+                "versions": [{"version": VERSION, "resources": [entry], "freshness": "Current"}],
             }
+            for group, entry in ((GROUP, resource), (SETTINGS_GROUP, setting))
         ],
     }
 

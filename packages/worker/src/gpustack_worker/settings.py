@@ -39,6 +39,7 @@ from gpustack_core.settings import (
     encode_secret_data,
     resolve,
     seeds,
+    source_of,
 )
 from gpustack_kube.client import AlreadyExists, ApiError, Conflict, KubeClient, KubeError
 from gpustack_kube.informer import Informer, Key
@@ -90,6 +91,17 @@ class OperatorSettings:
     def current(self) -> Settings:
         """The Settings in force now (the defaults until the Secret is read)."""
         return self.resolution.settings
+
+    def texts(self, secret: Mapping[str, str] | None) -> dict[str, str]:
+        """Every key's text in force, given the Secret's texts ``secret`` (``None``: no Secret).
+
+        What the ``Setting`` resource serves (:mod:`gpustack_worker.settings_api`): the
+        Secret's text, else the deprecated ConfigMap's, else this worker's seed — the text
+        :func:`~gpustack_core.settings.resolve` parses, so a key deleted from the Secret shows
+        what the worker applies for it.
+        """
+        configmap = self._configmap_data()
+        return {key.name: source_of(key, secret, configmap, self.seeded)[0] for key in KEYS}
 
     def add_handler(self, handler: Callable[[Settings], None]) -> None:
         """Call ``handler`` with the new Settings whenever a value changes."""
