@@ -68,6 +68,7 @@ class Routes(
                 (r"^/api/v1/?$", self.discover),
                 (r"^/apis/?$", self.discover),
                 (r"^/apis/worker\.gpustack\.ai/v1(?P<rest>/.*)?$", self.aggregate),
+                (r"^/apis/gpustack\.ai/v1(?P<rest>/.*)?$", self.aggregate),  # the Settings
                 (r"^/apis/(?P<group>[^/]+)/?$", self.discover),
                 (r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/?$", self.discover),
                 (r"^/api/v1/nodes/(?P<name>[^/]+)/proxy/(?P<rest>.*)$", self.node_proxy),

@@ -65,6 +65,9 @@ GROUPS: dict[str, dict[str, list[dict[str, Any]]]] = {
 }
 """The groups served by fixed routes; every object group comes from the registry."""
 
+AGGREGATED_GROUPS = ("worker.gpustack.ai", "gpustack.ai")
+"""The groups the worker serves at ``v1`` behind the aggregator (the chart's APIServices)."""
+
 
 def _group(name: str, versions: list[str]) -> dict[str, Any]:
     entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
@@ -79,8 +82,9 @@ def _served(registry: Registry, *, metrics_api: bool, aggregated: bool) -> dict[
         if group == "metrics.k8s.io" and not metrics_api:
             continue
         served.setdefault(group, []).extend(v for v in by_version if v not in served[group])
-    if aggregated:
-        served.setdefault("worker.gpustack.ai", []).insert(0, "v1")  # the worker, aggregated
+    if aggregated:  # the worker's two APIServices: its Instances and the operator Settings
+        for group in AGGREGATED_GROUPS:
+            served.setdefault(group, []).insert(0, "v1")
     return served
 
 

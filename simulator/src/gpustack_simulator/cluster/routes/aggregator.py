@@ -1,4 +1,8 @@
-"""The kube-aggregator in front of ``worker.gpustack.ai/v1``: front-proxy cert and headers."""
+"""The kube-aggregator in front of the worker's ``worker.gpustack.ai/v1`` and ``gpustack.ai/v1``.
+
+As the real one proxies each APIService to the worker's Service: front-proxy client certificate
+and ``X-Remote-*`` identity headers.
+"""
 
 from __future__ import annotations
 
