@@ -197,6 +197,31 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[Request]:
     return seen
 
 
+async def _exercise_settings(stack: WorkerStack) -> None:
+    """The Setting resource (gpustack.ai/v1): the Secret listed by name, watched, patched.
+
+    All with the worker's account, once the caller is authorized: no grant beyond the
+    Settings' own Role (list, watch, patch of gpustack-settings by name).
+    """
+    merge = [("Content-Type", "application/merge-patch+json")]
+    settings = "/apis/gpustack.ai/v1/namespaces/gpustack-system/settings"
+    with trio.fail_after(10):
+        while (
+            "resourceVersion"
+            not in (await stack.as_aggregator(settings)).json()["items"][0]["metadata"]
+        ):
+            await trio.sleep(0.1)  # until the worker has seeded the Secret
+    one = await stack.as_aggregator(f"{settings}/workload-fit-affinity")
+    assert one.status_code == 200, one.text
+    watched = await stack.as_aggregator(f"{settings}?watch=1&timeoutSeconds=1")
+    assert watched.status_code == 200, watched.text
+    flipped = await stack.as_aggregator(
+        f"{settings}/workload-fit-affinity", method="PATCH",
+        json={"spec": {"value": one.json()["spec"]["value"]}}, headers=merge,
+    )  # fmt: skip
+    assert flipped.status_code == 200, flipped.text
+
+
 async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
     """Every code path of the worker that reaches the API server, and the Device Manager's."""
     state = stack.cluster.state
@@ -236,6 +261,7 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
     assert patched.status_code == 200, patched.text
     gone = await stack.as_aggregator(f"{base}/rbac-probe", method="DELETE")
     assert gone.status_code == 200, gone.text
+    await _exercise_settings(stack)
     # A bearer token sent to the worker directly: TokenReview, then SubjectAccessReview.
     token = next(u.token for u in state.expanded.users if u.name == "no-metrics")
     direct = await stack.request(
