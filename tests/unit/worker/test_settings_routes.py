@@ -4,7 +4,9 @@ The worker's app runs as in production; the cluster is a transport that serves t
 ``gpustack-settings`` (and records every upstream request), the SubjectAccessReview a function
 that records each review and answers from a rule. A name that is no key, or a namespace other
 than the release's, must be answered 404 with no review and no read: the catalog is fixed, so
-the answer leaks nothing, and what is authorized is exactly what is read.
+the answer leaks nothing, and what is authorized is exactly what is read. The store's writes
+are checked against a Secret that another writer moves: decided again on a fresh read, unless
+the caller named the version (then the 409 is the caller's).
 """
 
 from __future__ import annotations
@@ -21,11 +23,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asgi_probe import asgi_get
+from gpustack_core.settings import BY_NAME
+from gpustack_core.status import StatusError
 from gpustack_kube.client import KubeClient
 from gpustack_kube.config import KubeConfig
 from gpustack_worker.api import Surface, build_app
 from gpustack_worker.authn import UserInfo
 from gpustack_worker.authz import Authorizer
+from gpustack_worker.settings_api import SettingsStore
+from gpustack_worker.settings_v1 import Wanted
 from gpustack_worker.subresource import Sources
 from gpustack_worker.summaries import SummaryCache
 
@@ -194,3 +200,62 @@ def _escape(segment: str) -> bytes:
         else:
             out += f"%{char:02X}".encode()
     return bytes(out)
+
+
+# -- the store's writes ---------------------------------------------------------------------
+
+CONFLICT = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict",
+            "code": 409, "message": "the object has been modified"}  # fmt: skip
+
+
+class Writes:
+    """A Secret whose first patch meets another writer (409), then applies."""
+
+    def __init__(self) -> None:
+        self.version = 10
+        self.patches: list[dict[str, Any]] = []
+
+    def transport(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            self.version += 1  # another writer moved it since the last read
+            listed = json.loads(json.dumps(SECRET_LIST))
+            listed["items"][0]["metadata"]["resourceVersion"] = str(self.version)
+            return httpx.Response(200, json=listed)
+        body = json.loads(request.content)
+        self.patches.append(body)
+        if len(self.patches) == 1:
+            return httpx.Response(409, json=CONFLICT)
+        secret = json.loads(json.dumps(SECRET_LIST["items"][0]))
+        secret["data"].update(body["data"])
+        secret["metadata"]["resourceVersion"] = str(self.version + 1)
+        return httpx.Response(200, json=secret)
+
+
+async def _write(writes: Writes, caller_version: str) -> Any:
+    config = KubeConfig("https://api.invalid", None, None, None, False, "default")
+    key = BY_NAME["workload-fit-affinity"]
+    async with KubeClient(config, transport=httpx.MockTransport(writes.transport)) as client:
+        store = SettingsStore(client, NS)
+        return await store.write(key, lambda _current: Wanted(key, "true", caller_version))
+
+
+async def test_a_patch_meeting_another_writer_is_decided_again_on_a_fresh_read() -> None:
+    writes = Writes()
+    written = await _write(writes, "")
+    assert [p["metadata"]["resourceVersion"] for p in writes.patches] == ["11", "12"]
+    assert all(p["data"] == {"workload-fit-affinity": "dHJ1ZQ=="} for p in writes.patches)
+    assert written["spec"] == {"value": "true"}
+    assert written["metadata"]["resourceVersion"] == "13"
+
+
+async def test_a_write_on_the_callers_version_is_its_409() -> None:
+
+    writes = Writes()
+    with pytest.raises(StatusError) as caught:
+        await _write(writes, "5")
+    assert caught.value.code == 409
+    assert caught.value.message.startswith(
+        'Operation cannot be fulfilled on settings.gpustack.ai "workload-fit-affinity": '
+        "the object has been modified"
+    )
+    assert [p["metadata"]["resourceVersion"] for p in writes.patches] == ["5"]
