@@ -74,15 +74,15 @@ def configured_bases(environ: Mapping[str, str]) -> dict[str, str]:
             break
     effective = {m.value: bases.get(m.value, m.resource_base) for m in Manufacturer}
     owners: dict[str, str] = {}
-    for manufacturer, base in effective.items():
+    for token, base in effective.items():
         if base in owners:
             other = owners[base]
-            named = manufacturer if manufacturer in bases else other  # the one a variable set
+            named = token if token in bases else other  # the one a variable set
             raise ValueError(
-                f"{variable(named)}={base!r}: {other} and {manufacturer} would share one"
+                f"{variable(named)}={base!r}: {other} and {token} would share one"
                 " resource name; each manufacturer needs a base of its own"
             )
-        owners[base] = manufacturer
+        owners[base] = token
     return bases
 
 
