@@ -464,9 +464,11 @@ class _Run:
         url = f"https://127.0.0.1:{self.worker_port}"
         ca = self.worker_tls / "ca.crt"
         _wait(worker, lambda: _ready(f"{url}/readyz", ca), self.deadline, "/readyz")
-        group = f"{self.server}/apis/worker.gpustack.ai/v1"
-        _wait(worker, lambda: _ready(group, self.pki.ca, self.admin_headers), self.deadline,
-              "the real aggregator reached the worker", interval=0.5)  # fmt: skip
+        for group in ("worker.gpustack.ai", "gpustack.ai"):  # the chart's two APIServices
+            served = f"{self.server}/apis/{group}/v1"
+            _wait(worker, lambda at=served: _ready(at, self.pki.ca, self.admin_headers),
+                  self.deadline, f"the real aggregator reached the worker for {group}",
+                  interval=0.5)  # fmt: skip
         return url
 
     def device_managers(self, kubelets: Path) -> list[DeviceManagerEndpoint]:
