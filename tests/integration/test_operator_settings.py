@@ -97,6 +97,7 @@ async def test_a_first_start_seeds_every_key_from_the_environment_or_the_default
         "instance-type-aware-cpu-manufacturer": "false",
         "instance-type-mixed-on-node": "true",
         "instance-type-drain-when-no-flavors": "true",
+        "node-management-manual": "false",  # nodes onboarded (the same reference)
         "workload-fit-affinity": "true",  # the node-devices check's pin (the same reference)
     }
     assert secret["type"] == "Opaque"
