@@ -362,3 +362,42 @@ async def test_only_the_leader_reconciles_and_a_follower_takes_over(tmp_path: Pa
             await replicas[follower].drain()
             nursery.cancel_scope.cancel()
     gc.collect()  # the abandoned request's generator is finalized here, not in a later test
+
+
+async def test_a_moved_resource_base_is_what_the_pod_asks_for(tmp_path: Path) -> None:
+    """Beside the GPU Operator ours runs on another base (issue #31): the Instance's Pod must
+    ask for the name our device plugin registers, not the default one the other plugin
+    serves."""
+    moved = "gpustack.ai/nvidia-gpu"
+    async with cluster_standin("nvidia-mixed", tmp_path) as cluster:
+        config = load_config(cluster.kubeconfig, context="admin", environ={})
+        assert config is not None
+        async with KubeClient(config) as client, trio.open_nursery() as nursery:
+            await client.create("/api/v1/namespaces", {"metadata": {"name": NS}})
+            await client.create(TYPES, {
+                "apiVersion": "worker.gpustack.ai/v1alpha1", "kind": "InstanceType",
+                "metadata": {"name": "moved"},
+                "spec": {"acceleratable": True, "manufacturer": "nvidia"},
+            })  # fmt: skip
+            options = ControllerOptions(leader_election=False, resource_bases={"nvidia": moved})
+            controller = InstanceController(client, options)
+            nursery.start_soon(controller.run)
+            harness = Harness(client, controller)
+            await client.create(
+                INSTANCES,
+                workspace("mv", type="moved", resources={"cpu": "1", "ram": "1Gi",
+                                                         "accelerator": "1"}),
+            )  # fmt: skip
+
+            async def created() -> dict[str, Any] | None:
+                try:
+                    return await client.get(f"{PODS}/mv")
+                except NotFound:
+                    return None
+
+            pod = await harness.eventually(created, "the Pod created")
+            (main,) = pod["spec"]["containers"]
+            assert main["resources"]["limits"][moved] == "1"
+            assert "nvidia.com/gpu" not in main["resources"]["limits"]
+            await controller.drain()
+            nursery.cancel_scope.cancel()

@@ -447,7 +447,11 @@ def _start_tasks(
     if options.instance_controller:
         controller = InstanceController(
             client,
-            ControllerOptions(system_namespace=options.system_namespace, identity=options.identity),
+            ControllerOptions(
+                system_namespace=options.system_namespace,
+                identity=options.identity,
+                resource_bases=options.resource_bases,
+            ),
             nodes=nodes,
             settings=operator_settings,
         )

@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
@@ -40,6 +40,7 @@ from gpustack_core.pools import (
     steered,
 )
 from gpustack_core.requests import RequestError
+from gpustack_core.resourceconfig import names_with
 from gpustack_core.settings import Settings
 from gpustack_kube.client import AlreadyExists, ApiError, Conflict, KubeClient, KubeError, NotFound
 from gpustack_kube.informer import Informer, Key
@@ -136,6 +137,10 @@ class ControllerOptions:
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    resource_bases: Mapping[str, str] = field(default_factory=dict)
+    """Manufacturer -> the extended-resource base the cluster moved ours to
+    (``GPUSTACK_<MFR>_ACCELERATABLE_RESOURCE_NAME``, ``gpustack_core.resourceconfig``): an
+    Instance's Pod asks for the names the device plugins register."""
 
 
 def _template_hash(pod: Mapping[str, Any]) -> str:
@@ -489,6 +494,7 @@ class InstanceController:
         return (
             PodInputs(
                 manufacturer=manufacturer,
+                resource_base=self.options.resource_bases.get(manufacturer or ""),
                 queue=queue,
                 hostname=hostname,
                 flavors=pinned,
@@ -569,7 +575,7 @@ class InstanceController:
         if found is None or not found.spec.acceleratable:
             return inputs
         try:
-            asks = pod_asks(render_pod(instance, inputs))
+            asks = pod_asks(render_pod(instance, inputs), names_with(self.options.resource_bases))
         except (RenderError, RequestError):
             return inputs
         profiles = [p for n in self.nodes.objects() if (p := node_profile_of(n).profile)]
