@@ -48,6 +48,9 @@ class Member:
     """The node's fake kubelet registration socket: the member is then its node's device plugin
     (and confirms grants against ``pod_resources_socket``). ``None``: no plugin, no check."""
     pod_resources_socket: str | None = None
+    context: str | None = None
+    """This member's own kubeconfig context (on a real control plane, a token bound to its
+    node's Device Manager Pod, as the kubelet would mount it); ``None``: the spec's."""
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,37 @@ def test_the_daemons_run_with_the_charts_rbac_and_nothing_more(system: System) -
     assert not can(manager, "create", "pods", "-n", "team-a")
 
 
+def test_a_device_manager_patches_only_its_own_nodes_pods(system: System) -> None:
+    """Issue #31, item 5: each Device Manager runs on a token bound to its own Pod (as the
+    kubelet mounts it), and kube-apiserver's admission, with the chart's own-node policy,
+    refuses its patch of a Pod on another node (the policy's message is the chart's)."""
+    managers = kubectl_json(
+        system, "get", "pods", "-n", "gpustack-system",
+        "-l", "app.kubernetes.io/component=device-manager",
+    )["items"]  # fmt: skip
+    by_node = {p["spec"]["nodeName"]: p["metadata"]["name"] for p in managers}
+    assert len(by_node) >= 2, by_node
+    tenants = kubectl_json(system, "get", "pods", "-n", "team-ops")["items"]
+    placed = [(p["metadata"]["name"], p["spec"].get("nodeName")) for p in tenants]
+    own_node, manager = next((n, m) for n, m in by_node.items() if any(n == o for _, o in placed))
+    mine = next(name for name, node in placed if node == own_node)
+    theirs = next((name, node) for name, node in placed if node and node != own_node)
+    context = f"device-manager-{manager}"
+    patch = '{"metadata":{"annotations":{"gpustack.ai/e2e-own-node":"checked"}}}'
+
+    def patched(pod: str) -> subprocess.CompletedProcess[str]:
+        return system.kubectl("patch", "pod", pod, "-n", "team-ops", "-p", patch, context=context)
+
+    done = patched(mine)
+    assert done.returncode == 0, done.stderr
+    done = patched(theirs[0])
+    assert done.returncode != 0
+    assert (
+        f"the Device Manager on node {own_node} may not modify Pod team-ops/{theirs[0]},"
+        " which is not on its node"
+    ) in done.stderr
+
+
 def test_kubectl_get_prints_the_crds_printer_columns_from_the_real_server(
     system: System,
 ) -> None:

@@ -91,11 +91,15 @@ async def serve_fleet(
         async def start(index: int, member: Member) -> None:
             async with starting:
                 backend = replay_backend(recordings.get(member.recording))
+                own = kube
+                if member.context is not None and spec.kubeconfig is not None:
+                    # Its own identity: the token bound to its node's Device Manager Pod.
+                    own = load_config(Path(spec.kubeconfig), context=member.context)
                 running[index] = await nursery.start(
                     lambda task_status: serve(
                         options_for(member, spec.monitor_period, publish=spec.publish),
                         backend,
-                        kube=kube,
+                        kube=own,
                         task_status=task_status,
                     )
                 )

@@ -47,6 +47,8 @@ APPLIED_KINDS = frozenset(
         "APIService",
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     }
 )
 """What of the rendered chart is applied: the API server's configuration, no workloads."""
@@ -235,6 +237,18 @@ class Kubectl:
                 refused[key] = str(exc).split("failed: ", 1)[-1]
         return refused
 
-    def create_token(self, namespace: str, account: str, duration: str = "24h") -> str:
-        """A bound ServiceAccount token from the TokenRequest API (``kubectl create token``)."""
-        return self("create", "token", account, "-n", namespace, f"--duration={duration}").strip()
+    def create_token(
+        self, namespace: str, account: str, duration: str = "24h", *, pod: str | None = None
+    ) -> str:
+        """A bound ServiceAccount token from the TokenRequest API (``kubectl create token``).
+
+        With ``pod``, bound to that Pod of ``namespace``, as the kubelet mounts a Pod's token:
+        kube-apiserver then adds the Pod's node to the user (``authentication.kubernetes.io/
+        node-name``), which the chart's own-node policy checks the Device Manager's patches by.
+        """
+        args = ["create", "token", account, "-n", namespace, f"--duration={duration}"]
+        if pod is not None:
+            uid = self("get", "pod", pod, "-n", namespace, "-o", "jsonpath={.metadata.uid}")
+            args += ["--bound-object-kind=Pod", f"--bound-object-name={pod}",
+                     f"--bound-object-uid={uid.strip()}"]  # fmt: skip
+        return self(*args).strip()

@@ -273,6 +273,8 @@ class _Run:
     tokens: dict[str, str] = field(init=False)
     kubectl: bootstrap.Kubectl = field(init=False)
     kubeconfig: Path = field(init=False)
+    kube_entries: dict[str, dict[str, str]] = field(init=False)
+    """The kubeconfig's users by name (a context each): rewritten as identities are added."""
     worker_port: int = field(init=False)
     worker_tls: Path = field(init=False)
 
@@ -352,13 +354,13 @@ class _Run:
             name: kubectl.create_token(contract.SYSTEM_NAMESPACE, account)
             for name, account in SERVICE_ACCOUNTS.items()
         }
-        entries = {
+        self.kube_entries = {
             **{u.name: {"token": self.tokens[u.name]} for u in self.users},
             **{name: {"token": token} for name, token in daemon_tokens.items()},
         }
         self.kubeconfig = kubeconfigs.write(
             self.state_dir / "kubeconfig",
-            kubeconfigs.kubeconfig(self.server, self.pki.ca, entries, "admin"),
+            kubeconfigs.kubeconfig(self.server, self.pki.ca, self.kube_entries, "admin"),
         )
 
     def kueue(self) -> None:
@@ -475,14 +477,36 @@ class _Run:
         """Their Pods (bare: the scenario's DaemonSet does not run here), then the fleet host."""
         pods, _ = _scenario_objects(self.expanded)
         self.kubectl.apply([_without_owners(p) for p in pods if self._is_dm(p)])
+        contexts = self._pod_identities()
         managers = _start_device_managers(
             self.expanded, self.state_dir, self.kubeconfig, self.monitor_period,
             self.dm_addresses, kubelets, self.netns, self.started, self.log_level,
+            contexts=contexts,
         )  # fmt: skip
         nodes = {dm.node for dm in self.expanded.device_managers}
         _wait(self.started[-1], lambda: _devices_published(self.kubectl, nodes), self.deadline,
               "every Device Manager published its node's Devices", interval=0.5)  # fmt: skip
         return managers
+
+    def _pod_identities(self) -> dict[tuple[str, str], str]:
+        """Each Device Manager's own context: a token bound to its Pod, as the kubelet mounts.
+
+        kube-apiserver puts the Pod's node into such a token's user, and the chart's own-node
+        policy lets the Device Manager patch only its node's Pods by it: one shared unbound
+        token would be refused every patch. ``(namespace, pod)`` → the context's name.
+        """
+        account = SERVICE_ACCOUNTS["device-manager"]
+        contexts: dict[tuple[str, str], str] = {}
+        for dm in self.expanded.device_managers:
+            context = f"device-manager-{dm.name}"
+            token = self.kubectl.create_token(dm.namespace, account, pod=dm.name)
+            self.kube_entries[context] = {"token": token}
+            contexts[dm.namespace, dm.name] = context
+        kubeconfigs.write(
+            self.kubeconfig,
+            kubeconfigs.kubeconfig(self.server, self.pki.ca, self.kube_entries, "admin"),
+        )
+        return contexts
 
     def _is_dm(self, pod: Mapping[str, Any]) -> bool:
         meta = pod["metadata"]
@@ -678,8 +702,14 @@ def _start_device_managers(
     netns: Netns,
     started: list[_Started],
     log_level: str = LOG_LEVEL,
+    *,
+    contexts: Mapping[tuple[str, str], str] | None = None,
 ) -> list[DeviceManagerEndpoint]:
-    """Every Device Manager in one fleet host inside the namespace, on its Pod's address."""
+    """Every Device Manager in one fleet host inside the namespace, on its Pod's address.
+
+    ``contexts``: each Device Manager's own kubeconfig context by ``(namespace, pod)``; one
+    not named uses the shared ``device-manager`` context.
+    """
     from gpustack_core.units import seconds_of  # noqa: PLC0415
 
     members, managers = [], []
@@ -691,6 +721,7 @@ def _start_device_managers(
                 dm.node, dm.manufacturer, str(dm.recording), str(state_dir / "proc" / dm.node),
                 address, DM_PORT, kube_socket=str(socket_path),
                 pod_resources_socket=str(pod_resources),
+                context=(contexts or {}).get((dm.namespace, dm.name)),
             )
         )  # fmt: skip
         base = f"https://{address}:{DM_PORT}"
