@@ -9,9 +9,11 @@ storage-only stand-in copies (``standin_kueue_crds``: nothing admits or drains h
 ClusterQueue's status is what a test writes into it).
 
 Every expected name, label, spec and table row is the walkthrough's
-(``shared/spec/instancetype-walkthrough.md``), copied, with the two documented departures made
-explicit where they apply: the shared view's once-max counts cards (:func:`current_reading`),
-and a custom type's entrance is the FNV-1a of its name (``docs/instancetypes.md``).
+(``shared/spec/instancetype-walkthrough.md``), copied once in ``walkthrough_expected``, with the
+documented departures made explicit where they apply: the shared view's once-max counts cards
+(``current_reading``), a custom type's entrance is the FNV-1a of its name (``CUSTOM_ENTRANCE``),
+and the derived type's unstated ``coresPercentageOvercommit`` (``without_overcommit``; all three
+in ``docs/instancetypes.md``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,28 @@ from gpustack_worker.instances.controller import ControllerOptions
 from gpustack_worker.instancetypes.controller import LEASE, InstanceTypeController
 from gpustack_worker.nodefeatures import run_node_features
 from gpustack_worker.settings import OperatorSettings
+from walkthrough_expected import (
+    A10G_FLAVOR,
+    A10G_QUEUE,
+    A10G_TYPE,
+    AWARE_QUEUE,
+    CPU_FLAVOR,
+    CUSTOM_ENTRANCE,
+    CUSTOM_TYPE,
+    NODE_A10G_FLAVORS,
+    SECTION_1_CATALOG,
+    SECTION_1_FLAVORS,
+    SECTION_1_QUEUE_ROWS,
+    SECTION_1_ROWS,
+    SECTION_2_ROWS,
+    SECTION_4_ROWS,
+    SECTION_5_CATALOG,
+    SECTION_5_ROWS,
+    catalog_rows,
+    current,
+    names,
+    without_overcommit,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TYPE_CRD = REPO / "clusters" / "crds" / "instancetypes.worker.gpustack.ai.yaml"
@@ -58,238 +82,12 @@ FLAVOR_CRD = REPO / "clusters" / "crds" / "instancetypeflavors.worker.gpustack.a
 SYSTEM = "gpustack-system"
 NAMESPACES_MADE = ("default", "team-a", "kube-system", SYSTEM)
 T = TypeVar("T")
-
-# -- the walkthrough, copied --------------------------------------------------------------------
-
-SECTION_1_FLAVORS = {
-    "gpustack--amd-epyc-7r13-linux-amd64-16c",
-    "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64-1d",
-    "gpustack--amd-epyc-7r32-linux-amd64-4c",
-    "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-1d",
-    "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-4d",
-    "gpustack--intel-xeon-platinum-8259cl-linux-amd64-48c",
-    "gpustack--intel-xeon-platinum-8259cl-linux-amd64-4c",
-}
-NODE_A10G_FLAVORS = {  # §2: node-a10g's two flavors, which it alone forms
-    "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64-1d",
-    "gpustack--amd-epyc-7r32-linux-amd64-4c",
-}
-SECTION_1_QUEUES = {
-    "gpustack--generic-linux-amd64",
-    "gpustack--nvidia-a10g-linux-amd64",
-    "gpustack--nvidia-tesla-t4-linux-amd64",
-}
-SECTION_1_ROWS = [
-    "gpustack--generic-linux-amd64 gpustack-fnv64-3b93966fd73eb9ec 1/2Gi/100Gi "
-    "0/0 0/0 0/0 0/0 48/72 Active",
-    "gpustack--nvidia-a10g-linux-amd64 gpustack-fnv64-c4680bb149644f1c 8/64Gi/100Gi "
-    "1/1 10/10 100/100 0/0 0/0 Active",
-    "gpustack--nvidia-tesla-t4-linux-amd64 gpustack-fnv64-6b371caa2da0b799 8/32Gi/100Gi "
-    "4/5 40/50 100/500 0/0 0/0 Active",
-]
-SECTION_2_ROWS = [
-    "gpustack--generic-linux-amd64 gpustack-fnv64-3b93966fd73eb9ec 1/2Gi/100Gi "
-    "0/0 0/0 0/0 0/0 48/68 Active",
-    "gpustack--nvidia-a10g-linux-amd64 gpustack-fnv64-c4680bb149644f1c 8/64Gi/100Gi "
-    "0/0 0/0 0/0 0/0 0/0 Active",
-    "gpustack--nvidia-tesla-t4-linux-amd64 gpustack-fnv64-6b371caa2da0b799 8/32Gi/100Gi "
-    "4/5 40/50 100/500 0/0 0/0 Active",
-]
-SECTION_5_ROWS = [
-    "gpustack--amd-epyc-7r13-linux-amd64 gpustack-fnv64-8dde992f64a17a2f 1/2Gi/100Gi "
-    "0/0 0/0 0/0 0/0 16/16 Active",
-    "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64 gpustack-fnv64-029fd9550e0c70bd "
-    "8/64Gi/100Gi 1/1 10/10 100/100 0/0 0/0 Active",
-    "gpustack--amd-epyc-7r32-linux-amd64 gpustack-fnv64-d3390f10cd57a632 1/2Gi/100Gi "
-    "0/0 0/0 0/0 0/0 4/4 Active",
-    "gpustack--generic-linux-amd64 gpustack-fnv64-3b93966fd73eb9ec 1/2Gi/100Gi "
-    "0/0 0/0 0/0 0/0 48/72 Active",
-    "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64 "
-    "gpustack-fnv64-5b59e508edc027b7 8/32Gi/100Gi 4/5 40/50 100/500 0/0 0/0 Active",
-    "gpustack--intel-xeon-platinum-8259cl-linux-amd64 gpustack-fnv64-c6aee2b7b5c4dc6b "
-    "1/2Gi/100Gi 0/0 0/0 0/0 0/0 48/52 Active",
-    "gpustack--nvidia-a10g-linux-amd64 gpustack-fnv64-c4680bb149644f1c 8/64Gi/100Gi "
-    "1/1 10/10 100/100 0/0 0/0 Active",
-    "gpustack--nvidia-tesla-t4-linux-amd64 gpustack-fnv64-6b371caa2da0b799 8/32Gi/100Gi "
-    "4/5 40/50 100/500 0/0 0/0 Active",
-]
-SECTION_1_CATALOG = [
-    "gpustack--generic generic false generic",
-    "gpustack--nvidia-a10g nvidia-a10g true nvidia NVIDIA-A10G 24Gi 10240 true",
-    "gpustack--nvidia-tesla-t4 nvidia-tesla-t4 true nvidia Tesla-T4 16Gi 2560 true",
-]
-SECTION_5_CATALOG = [
-    "gpustack--amd-epyc-7r13 amd-epyc-7r13 false amd AMD EPYC 7R13 Processor",
-    "gpustack--amd-epyc-7r32 amd-epyc-7r32 false amd AMD EPYC 7R32",
-    "gpustack--intel-xeon-platinum-8259cl intel-xeon-platinum-8259cl false intel "
-    "Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz",
-    "gpustack--amd-epyc-7r32--nvidia-a10g amd-epyc-7r32 nvidia-a10g true nvidia NVIDIA-A10G "
-    "24Gi 10240 true",
-    "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4 intel-xeon-platinum-8259cl "
-    "nvidia-tesla-t4 true nvidia Tesla-T4 16Gi 2560 true",
-]
-A10G_FLAVOR = yaml.safe_load("""
-metadata:
-  name: gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64-1d
-  labels:
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    feature.gpustack.ai/acceleratable: "true"
-    general.feature.gpustack.ai/amd-epyc-7r32: "true"
-    acceleratable.feature.gpustack.ai/nvidia-a10g: "true"
-    acceleratable.feature.gpustack.ai/nvidia-a10g.count: "1"
-    acceleratable.feature.gpustack.ai/nvidia-a10g.capacity: "1"
-    resource.gpustack.ai/type: nodes
-spec:
-  nodeLabels:
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    gpustack.ai/managed: "true"
-    general.feature.gpustack.ai/amd-epyc-7r32: "true"
-    acceleratable.feature.gpustack.ai/nvidia-a10g: "true"
-    acceleratable.feature.gpustack.ai/nvidia-a10g.count: "1"
-""")
-CPU_FLAVOR = yaml.safe_load("""
-metadata:
-  name: gpustack--amd-epyc-7r13-linux-amd64-16c
-  labels:
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    feature.gpustack.ai/acceleratable: "false"
-    general.feature.gpustack.ai/amd-epyc-7r13: "true"
-    general.feature.gpustack.ai/amd-epyc-7r13.count: "16"
-    general.feature.gpustack.ai/amd-epyc-7r13.capacity: "16"
-    resource.gpustack.ai/type: nodes
-spec:
-  nodeLabels:
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    gpustack.ai/managed: "true"
-    general.feature.gpustack.ai/amd-epyc-7r13: "true"
-    general.feature.gpustack.ai/amd-epyc-7r13.count: "16"
-""")
-A10G_QUEUE = yaml.safe_load("""
-metadata:
-  name: gpustack--nvidia-a10g-linux-amd64
-  labels:
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    feature.gpustack.ai/acceleratable: "true"
-    acceleratable.feature.gpustack.ai/nvidia-a10g: "true"
-    resource.gpustack.ai/type: instancetypes
-spec:
-  admissionChecksStrategy:
-    admissionChecks:
-    - name: gpustack-node-devices
-  resourceGroups:
-  - coveredResources:
-    - credits.gpustack.ai/nvidia
-    flavors:
-    - name: gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64-1d
-      resources:
-      - name: credits.gpustack.ai/nvidia
-        nominalQuota: 1600k
-""")
-AWARE_QUEUE_LABELS = yaml.safe_load("""
-kubernetes.io/os: linux
-kubernetes.io/arch: amd64
-feature.gpustack.ai/acceleratable: "true"
-acceleratable.feature.gpustack.ai/nvidia-a10g: "true"
-general.feature.gpustack.ai/amd-epyc-7r32: "true"
-resource.gpustack.ai/type: instancetypes
-""")
-A10G_TYPE = yaml.safe_load("""
-metadata:
-  name: gpustack--nvidia-a10g-linux-amd64
-  labels:
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    feature.gpustack.ai/acceleratable: "true"
-    acceleratable.feature.gpustack.ai/nvidia-a10g: "true"
-    schedule.gpustack.ai/derived-from-node: "true"
-    schedule.gpustack.ai/queue-entrance: gpustack-fnv64-c4680bb149644f1c
-spec:
-  acceleratable: true
-  acceleratorGroup: nvidia-a10g
-  generalGroup: generic
-  os: linux
-  arch: amd64
-  manufacturer: nvidia
-  product: NVIDIA-A10G
-  family: Ampere
-  memory: 24Gi
-  cores: "10240"
-  feature:
-    logicalSliced:
-      maxSize: 128
-      coresPercentageOvercommit: true
-      memoryPercentageStep: 1
-    physicalSliced:
-      maxSize: 0
-  unitResources:
-    cpu: "8"
-    ram: 64Gi
-    localStorage: 100Gi
-status:
-  phase: Active
-  accelerator:
-    capacity: "1"
-    onceMaxRequest: "1"
-    remaining: "1"
-  acceleratorShared:
-    capacity: "10"
-    onceMaxRequest: "10"
-    remaining: "10"
-  acceleratorSliced:
-    capacity: "100"
-    onceMaxRequest: "100"
-    remaining: "100"
-  acceleratorPartitioned:
-    capacity: "0"
-    onceMaxRequest: "0"
-    remaining: "0"
-  entrance: gpustack-fnv64-c4680bb149644f1c
-""")
-CUSTOM_TYPE = yaml.safe_load("""
-apiVersion: worker.gpustack.ai/v1alpha1
-kind: InstanceType
-metadata:
-  name: a10g-12c128g
-spec:
-  acceleratable: true
-  acceleratorGroup: nvidia-a10g
-  os: linux
-  arch: amd64
-  unitResources:
-    cpu: "12"
-    ram: 128Gi
-    localStorage: 200Gi
-""")
-SHARED_READING = {"10/10": "1/10", "40/50": "4/50"}
-"""The walkthrough's SH cells (once-max in shares) as the current reading spells them: once-max
-in cards (docs/instancetypes.md, "The shared view"). Every other cell is as recorded."""
-CUSTOM_ENTRANCE = "gpustack-fnv64-d4c0e6cd72686015"
-"""``a10g-12c128g``'s entrance by the current rule; the walkthrough's §4 shows an older one."""
-
-
-def without_overcommit(spec: dict[str, Any]) -> dict[str, Any]:
-    """The walkthrough's type spec with ``coresPercentageOvercommit: false``: a KNOWN GAP.
-
-    The derived type's ``feature`` is read from the cards' ``Devices`` (``derive.feature_of``),
-    and this project's Device Manager never states ``logicalSliced.coresPercentageOvercommit``
-    (``gpustack_core.features`` writes the slice count only), so the A10G's reads ``false``
-    where the reference's Devices make it ``true``. Everything else is as recorded.
-    """
-    copied = yaml.safe_load(yaml.safe_dump(spec))
-    copied["feature"]["logicalSliced"]["coresPercentageOvercommit"] = False
-    return dict(copied)
-
-
-def current_reading(row: str) -> str:
-    """A walkthrough row with its SH cell read the current way (the only cell that changes)."""
-    name, entrance, unit, ex, sh, *rest = row.split()
-    return " ".join([name, entrance, unit, ex, SHARED_READING.get(sh, sh), *rest])
-
+# The walkthrough's lists (walkthrough_expected) in the shapes compared here: the stand-in's
+# objects as sets of names, the catalog as kubectl's rows.
+FLAVORS_1 = frozenset(SECTION_1_FLAVORS)
+QUEUES_1 = frozenset(names(SECTION_1_QUEUE_ROWS))
+CATALOG_1 = catalog_rows(SECTION_1_CATALOG)
+CATALOG_5 = catalog_rows(SECTION_5_CATALOG)
 
 # -- kubectl's table, from the CRDs' printer columns ---------------------------------------------
 
@@ -496,15 +294,15 @@ async def _activate_check(chain: Chain) -> None:
 async def test_sections_1_and_2_flavors_queues_types_and_a_node_leaving(tmp_path: Path) -> None:
     async with open_chain(tmp_path, kueue=True) as chain:
         # §1: seven flavors, three queues, three types, their rows.
-        await eventually(lambda: chain.names("ResourceFlavor") == SECTION_1_FLAVORS, "7 flavors")
+        await eventually(lambda: chain.names("ResourceFlavor") == FLAVORS_1, "7 flavors")
         for recorded in (A10G_FLAVOR, CPU_FLAVOR):
             stored = chain.get("ResourceFlavor", recorded["metadata"]["name"])
             assert stored is not None
             assert stored["metadata"]["labels"] == recorded["metadata"]["labels"]
             assert stored["spec"] == recorded["spec"]
-        expected = [current_reading(r) for r in SECTION_1_ROWS]
+        expected = current(SECTION_1_ROWS)
         await eventually(lambda: chain.rows() == expected, "§1's kubectl get instancetypes")
-        await eventually(lambda: chain.catalog() == SECTION_1_CATALOG, "§1's catalog")
+        await eventually(lambda: chain.catalog() == CATALOG_1, "§1's catalog")
         stored_type = chain.get("InstanceType", "gpustack--nvidia-a10g-linux-amd64")
         assert stored_type is not None
         assert stored_type["metadata"]["labels"] == A10G_TYPE["metadata"]["labels"]
@@ -514,7 +312,7 @@ async def test_sections_1_and_2_flavors_queues_types_and_a_node_leaving(tmp_path
         # Its CPU cell (0/0 in §1's table), which the walkthrough's trimmed status leaves out.
         assert status.pop("cpu") == {"capacity": "0", "onceMaxRequest": "0", "remaining": "0"}
         assert status == A10G_TYPE["status"]
-        await eventually(lambda: chain.names("ClusterQueue") == SECTION_1_QUEUES, "3 queues")
+        await eventually(lambda: chain.names("ClusterQueue") == QUEUES_1, "3 queues")
 
         # The check is not there yet: no queue names it (Kueue would hold the queue inactive).
         a10g = chain.get("ClusterQueue", "gpustack--nvidia-a10g-linux-amd64")
@@ -562,10 +360,10 @@ async def test_sections_1_and_2_flavors_queues_types_and_a_node_leaving(tmp_path
         a10g_path = CLUSTER_QUEUES.path(name="gpustack--nvidia-a10g-linux-amd64")
         await chain.admin.patch(f"{a10g_path}/status", {"status": {"reservingWorkloads": 1}})
         await chain.manage("node-a10g", managed=False)
-        expected = [current_reading(r) for r in SECTION_2_ROWS]
+        expected = current(SECTION_2_ROWS)
         await eventually(lambda: chain.rows() == expected, "§2's rows (48/68, the A10G 0/0)")
         await eventually(
-            lambda: chain.names("ResourceFlavor") == SECTION_1_FLAVORS - NODE_A10G_FLAVORS,
+            lambda: chain.names("ResourceFlavor") == FLAVORS_1 - NODE_A10G_FLAVORS,
             "the now-nodeless flavors retired",
         )
 
@@ -586,8 +384,8 @@ async def test_sections_1_and_2_flavors_queues_types_and_a_node_leaving(tmp_path
 
         # Re-managed: one reconcile rebuilds the flavors and restores every count.
         await chain.manage("node-a10g", managed=True)
-        await eventually(lambda: chain.names("ResourceFlavor") == SECTION_1_FLAVORS, "7 again")
-        expected = [current_reading(r) for r in SECTION_1_ROWS]
+        await eventually(lambda: chain.names("ResourceFlavor") == FLAVORS_1, "7 again")
+        expected = current(SECTION_1_ROWS)
         await eventually(lambda: chain.rows() == expected, "§1's rows again")
 
         def reopened() -> dict[str, Any] | None:
@@ -600,7 +398,7 @@ async def test_sections_1_and_2_flavors_queues_types_and_a_node_leaving(tmp_path
 
 async def test_a_deleted_type_custom_types_and_section_5(tmp_path: Path) -> None:
     async with open_chain(tmp_path, kueue=True) as chain:
-        expected = [current_reading(r) for r in SECTION_1_ROWS]
+        expected = current(SECTION_1_ROWS)
         await eventually(lambda: chain.rows() == expected, "§1's rows")
         a10g = "gpustack--nvidia-a10g-linux-amd64"
 
@@ -622,9 +420,9 @@ async def test_a_deleted_type_custom_types_and_section_5(tmp_path: Path) -> None
         assert chain.get("ClusterQueue", a10g) is not None
 
         # §4: a custom type gets a queue named after it and an entrance in every namespace.
-        await chain.admin.create(INSTANCE_TYPES.path(), CUSTOM_TYPE)
-        custom = ("a10g-12c128g " + CUSTOM_ENTRANCE + " 12/128Gi/200Gi 1/1 1/10 100/100 0/0 "
-                  "0/0 Active")  # fmt: skip
+        manifest = {"apiVersion": "worker.gpustack.ai/v1alpha1", **CUSTOM_TYPE}
+        await chain.admin.create(INSTANCE_TYPES.path(), manifest)
+        (custom,) = [r for r in current(SECTION_4_ROWS) if r.split()[0] == "a10g-12c128g"]
         await eventually(lambda: custom in chain.rows(), "the custom type's row")
         queue = await eventually(lambda: chain.get("ClusterQueue", "a10g-12c128g"), "its queue")
         assert queue["spec"]["resourceGroups"] == A10G_QUEUE["spec"]["resourceGroups"]
@@ -638,23 +436,23 @@ async def test_a_deleted_type_custom_types_and_section_5(tmp_path: Path) -> None
 
         # §5: CPU-aware types appear beside the collapsed ones; the flavors are untouched.
         flavors = {f["metadata"]["name"]: f for f in chain.list("ResourceFlavor")}
-        assert set(flavors) == SECTION_1_FLAVORS
+        assert set(flavors) == FLAVORS_1
         await chain.setting("instance-type-aware-cpu-manufacturer", "true")
-        expected = [current_reading(r) for r in SECTION_5_ROWS]
+        expected = current(SECTION_5_ROWS)
         await eventually(lambda: chain.rows() == expected, "§5's rows")
-        await eventually(lambda: sorted(chain.catalog()) == sorted(SECTION_5_CATALOG),
+        await eventually(lambda: sorted(chain.catalog()) == sorted(CATALOG_5),
                          "§5's catalog")  # fmt: skip
         aware = await eventually(
-            lambda: chain.get("ClusterQueue", "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64"),
+            lambda: chain.get("ClusterQueue", AWARE_QUEUE["metadata"]["name"]),
             "the aware A10G queue",
         )
-        assert aware["metadata"]["labels"] == AWARE_QUEUE_LABELS
+        assert aware["metadata"]["labels"] == AWARE_QUEUE["metadata"]["labels"]
         after = {f["metadata"]["name"]: f for f in chain.list("ResourceFlavor")}
         assert after == flavors  # byte for byte, resourceVersions included: never rewritten
         await eventually(lambda: len(chain.names("LocalQueue", "default")) == 8, "8 entrances")
         # Turned off again: the catalog collapses; the types made stay (create-only).
         await chain.setting("instance-type-aware-cpu-manufacturer", "false")
-        await eventually(lambda: chain.catalog() == SECTION_1_CATALOG, "§1's catalog again")
+        await eventually(lambda: chain.catalog() == CATALOG_1, "§1's catalog again")
         assert chain.rows() == expected
         assert {f["metadata"]["name"]: f for f in chain.list("ResourceFlavor")} == flavors
 
@@ -664,9 +462,9 @@ async def test_without_kueue_types_are_still_derived_and_kueue_is_taken_up_later
 ) -> None:
     caplog.set_level(logging.INFO, logger="gpustack.worker.instancetypes")
     async with open_chain(tmp_path, kueue=False) as chain:
-        expected = [current_reading(r) for r in SECTION_1_ROWS]
+        expected = current(SECTION_1_ROWS)
         await eventually(lambda: chain.rows() == expected, "§1's rows without Kueue")
-        await eventually(lambda: chain.catalog() == SECTION_1_CATALOG, "§1's catalog")
+        await eventually(lambda: chain.catalog() == CATALOG_1, "§1's catalog")
         await trio.sleep(1.5)  # three looks for Kueue
         assert not chain.controller.kueue
         kueue_kinds = {"resourceflavor", "clusterqueue", "localqueue"}
@@ -676,8 +474,8 @@ async def test_without_kueue_types_are_still_derived_and_kueue_is_taken_up_later
         assert len(said) == 1, said  # once, not once per look
         # Kueue installed meanwhile: taken up without a restart.
         await standin_kueue_crds.install(chain.admin)
-        await eventually(lambda: chain.names("ResourceFlavor") == SECTION_1_FLAVORS, "7 flavors")
-        await eventually(lambda: chain.names("ClusterQueue") == SECTION_1_QUEUES, "3 queues")
+        await eventually(lambda: chain.names("ResourceFlavor") == FLAVORS_1, "7 flavors")
+        await eventually(lambda: chain.names("ClusterQueue") == QUEUES_1, "3 queues")
 
 
 async def test_a_key_that_can_name_nothing_leaves_out_its_own_pool_only(
@@ -695,11 +493,11 @@ async def test_a_key_that_can_name_nothing_leaves_out_its_own_pool_only(
         await admin.patch(NODES.path(name="node-cpu"), {"metadata": {"labels": labels}})
 
     async with open_chain(tmp_path, kueue=True, before=label) as chain:
-        expected = [current_reading(r) for r in SECTION_1_ROWS]
+        expected = current(SECTION_1_ROWS)
         await eventually(lambda: chain.rows() == expected, "§1's rows beside the bad key")
-        await eventually(lambda: chain.catalog() == SECTION_1_CATALOG, "§1's catalog")
-        await eventually(lambda: chain.names("ResourceFlavor") == SECTION_1_FLAVORS, "7 flavors")
-        await eventually(lambda: chain.names("ClusterQueue") == SECTION_1_QUEUES, "3 queues")
+        await eventually(lambda: chain.catalog() == CATALOG_1, "§1's catalog")
+        await eventually(lambda: chain.names("ResourceFlavor") == FLAVORS_1, "7 flavors")
+        await eventually(lambda: chain.names("ClusterQueue") == QUEUES_1, "3 queues")
         said = [r.getMessage() for r in caplog.records if "cannot be named" in r.getMessage()]
         assert len(said) == 1, said
         assert "gpustack--amd-epyc-7r13--hygon-k100_ai-linux-amd64-2d" in said[0]

@@ -28,7 +28,6 @@ from typing import Any
 
 import pytest
 import trio
-import yaml
 from standin_kueue_crds import install as install_kueue_crds
 from standin_kueue_crds import local_queue, workload_of
 
@@ -37,6 +36,7 @@ from gpustack_kube.config import load_config
 from gpustack_simulator.testing import cluster_standin
 from gpustack_simulator.up import webhook_configurations
 from gpustack_worker.daemon import Running, WorkerOptions, serve
+from walkthrough_expected import A10G_TYPE, CUSTOM_ENTRANCE, CUSTOM_TYPE
 
 NS = "default"
 OTHER_NS = "team-b"
@@ -65,29 +65,14 @@ A10G_DEVICES = {
                                                        "coresPercentageOvercommit": True}}}],
     }]},
 }  # fmt: skip
-# §4, verbatim.
-CUSTOM = yaml.safe_load("""
-apiVersion: worker.gpustack.ai/v1alpha1
-kind: InstanceType
-metadata:
-  name: a10g-12c128g
-spec:
-  acceleratable: true
-  acceleratorGroup: nvidia-a10g # references the gpustack--nvidia-a10g catalog flavor
-  os: linux
-  arch: amd64
-  unitResources:
-    cpu: "12"
-    ram: 128Gi
-    localStorage: 200Gi
-""")
-# §1's derived A10G type: the descriptors the custom one is enriched with.
+# §4's type (walkthrough_expected), as kubectl would send it.
+CUSTOM = {"apiVersion": "worker.gpustack.ai/v1alpha1", **CUSTOM_TYPE}
+# §1's derived A10G type: the descriptors the custom one is enriched with (physicalSliced's
+# maxSize 0 is the default: omitted).
 A10G_DESCRIPTORS = {
-    "generalGroup": "generic", "manufacturer": "nvidia", "product": "NVIDIA-A10G",
-    "family": "Ampere", "memory": "24Gi", "cores": "10240",
-    "feature": {"logicalSliced": {"maxSize": 128, "coresPercentageOvercommit": True,
-                                  "memoryPercentageStep": 1}, "physicalSliced": {}},
-}  # fmt: skip
+    key: A10G_TYPE["spec"][key]
+    for key in ("generalGroup", "manufacturer", "product", "family", "memory", "cores")
+} | {"feature": {**A10G_TYPE["spec"]["feature"], "physicalSliced": {}}}
 IMMUTABLE = (
     "field is immutable after creation (only displayName and inactive may change): to re-size "
     "or re-point a pool, delete the InstanceType and create it again"
@@ -218,7 +203,7 @@ async def test_the_section_4_type_is_defaulted_from_its_catalog_flavor(stack: St
         "feature.gpustack.ai/acceleratable": "true",
         A + "nvidia-a10g": "true",
         # The reference's current rule; the walkthrough's §4 shows an older hash.
-        "schedule.gpustack.ai/queue-entrance": "gpustack-fnv64-d4c0e6cd72686015",
+        "schedule.gpustack.ai/queue-entrance": CUSTOM_ENTRANCE,
     }
 
 

@@ -2,8 +2,9 @@
 
 The nodes are the walkthrough's four (``test_pools``: its labels, letter for letter). Expected
 descriptors are copied from the walkthrough's §1 YAML of the derived A10G type (the flavor the
-§4 custom type references), the entrance of ``a10g-12c128g`` from the reference note
-(``shared/reference/instancetypes.md``); messages are apimachinery's field-error wording.
+§4 custom type references; both in ``walkthrough_expected``), the entrance of ``a10g-12c128g``
+from the reference note (``shared/reference/instancetypes.md``; ``CUSTOM_ENTRANCE``); messages
+are apimachinery's field-error wording.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from typing import Any
 
 import msgspec
 import pytest
-import yaml
 from hypothesis import given
 from hypothesis import strategies as st
-from test_pools import A10G_TYPE, DEVICES, NODES, PLATFORM, profiles
+from test_pools import DEVICES, NODES, PLATFORM, profiles
 
 from gpustack_core.decoding import convert
 from gpustack_core.derive import feature_of
@@ -33,23 +33,8 @@ from gpustack_core.instancetype_rules import (
     stamped_labels,
 )
 from gpustack_core.pools import flavors
+from walkthrough_expected import A10G_TYPE, CUSTOM_ENTRANCE, CUSTOM_TYPE
 
-# §4, verbatim.
-CUSTOM = """
-kind: InstanceType
-metadata:
-  name: a10g-12c128g
-spec:
-  acceleratable: true
-  acceleratorGroup: nvidia-a10g # references the gpustack--nvidia-a10g catalog flavor
-  os: linux
-  arch: amd64
-  unitResources:
-    cpu: "12"
-    ram: 128Gi
-    localStorage: 200Gi
-"""
-DERIVED_A10G = yaml.safe_load(A10G_TYPE)
 A10G_FEATURE = feature_of(DEVICES, "nvidia-a10g")
 
 
@@ -58,8 +43,8 @@ def spec_of(raw: dict[str, Any]) -> InstanceTypeSpec:
 
 
 def custom() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(CUSTOM)
-    return loaded
+    """§4's type, a copy of its own to change."""
+    return copy.deepcopy(CUSTOM_TYPE)
 
 
 def apply_adds(obj: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
@@ -84,9 +69,7 @@ def apply_adds(obj: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, An
 def test_the_section_4_type_is_enriched_as_the_derived_a10g_type_is() -> None:
     spec, warnings = defaulted(spec_of(custom()["spec"]), flavors(profiles()), A10G_FEATURE)
     assert warnings == []
-    expected = DERIVED_A10G["spec"] | {
-        "unitResources": {"cpu": "12", "ram": "128Gi", "localStorage": "200Gi"}
-    }
+    expected = A10G_TYPE["spec"] | {"unitResources": CUSTOM_TYPE["spec"]["unitResources"]}
     assert spec == spec_of(expected)
 
 
@@ -102,8 +85,8 @@ def test_the_patch_turns_the_written_object_into_the_defaulted_one() -> None:
     assert spec_of(patched["spec"]) == spec
     assert patched["spec"]["unitResources"] == custom()["spec"]["unitResources"]  # kept
     # Nothing to add to a spec that already says everything.
-    derived = spec_of(DERIVED_A10G["spec"])
-    assert spec_patch(DERIVED_A10G["spec"], derived, derived) == []
+    derived = spec_of(A10G_TYPE["spec"])
+    assert spec_patch(A10G_TYPE["spec"], derived, derived) == []
     # No spec at all: the whole of it.
     assert apply_adds({"metadata": {}}, spec_patch(None, InstanceTypeSpec(), spec))["spec"] == (
         msgspec.to_builtins(spec)
@@ -116,11 +99,11 @@ def test_labels_are_the_pools_and_the_entrance_of_the_types_own_name() -> None:
         **PLATFORM,
         "feature.gpustack.ai/acceleratable": "true",
         "acceleratable.feature.gpustack.ai/nvidia-a10g": "true",
-        "schedule.gpustack.ai/queue-entrance": "gpustack-fnv64-d4c0e6cd72686015",
+        "schedule.gpustack.ai/queue-entrance": CUSTOM_ENTRANCE,
     }
     # A derived type's stamp is its §1 labels but the provenance label (its creator's claim).
-    derived = stamped_labels(DERIVED_A10G["metadata"]["name"], spec_of(DERIVED_A10G["spec"]))
-    recorded = dict(DERIVED_A10G["metadata"]["labels"])
+    derived = stamped_labels(A10G_TYPE["metadata"]["name"], spec_of(A10G_TYPE["spec"]))
+    recorded = dict(A10G_TYPE["metadata"]["labels"])
     del recorded["schedule.gpustack.ai/derived-from-node"]
     assert derived == recorded
 
@@ -203,7 +186,7 @@ def messages(spec: dict[str, Any]) -> list[str]:
 
 def test_the_walkthrough_types_are_valid() -> None:
     assert messages(custom()["spec"]) == []
-    assert messages(DERIVED_A10G["spec"]) == []
+    assert messages(A10G_TYPE["spec"]) == []
 
 
 @pytest.mark.parametrize(
@@ -276,10 +259,10 @@ def test_os_and_arch_are_label_values() -> None:
 
 
 def test_only_display_name_and_inactive_may_change() -> None:
-    old = spec_of(DERIVED_A10G["spec"])
+    old = spec_of(A10G_TYPE["spec"])
     renamed = msgspec.structs.replace(old, display_name="A10G, one card", inactive=True)
     assert immutable_errors(renamed, old) == []
-    resized = spec_of({**DERIVED_A10G["spec"], "unitResources": {"cpu": "12"}, "os": "windows"})
+    resized = spec_of({**A10G_TYPE["spec"], "unitResources": {"cpu": "12"}, "os": "windows"})
     assert [str(e) for e in immutable_errors(resized, old)] == [
         f"spec.os: Forbidden: {IMMUTABLE_DETAIL}",
         f"spec.unitResources: Forbidden: {IMMUTABLE_DETAIL}",

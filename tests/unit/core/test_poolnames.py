@@ -1,8 +1,8 @@
 """The chain's names, the entrance hash and credits: every expected value is the walkthrough's.
 
 Names and LocalQueue hashes are copied from ``shared/spec/instancetype-walkthrough.md`` (§1's and
-§5's tables) and ``shared/reference/instancetypes.md``; the FNV-1a vectors are the algorithm's
-published test vectors, not outputs of the module.
+§5's tables, in ``walkthrough_expected``) and ``shared/reference/instancetypes.md``; the FNV-1a
+vectors are the algorithm's published test vectors, not outputs of the module.
 """
 
 from __future__ import annotations
@@ -20,22 +20,13 @@ from gpustack_core.poolnames import (
     flavor_name,
     fnv1a64,
 )
+from walkthrough_expected import CUSTOM_ENTRANCE, RECORDED_CUSTOM_ENTRANCE, SECTION_5_ROWS
 
 WALKTHROUGH_ENTRANCES = {
-    # §1
-    "gpustack--generic-linux-amd64": "gpustack-fnv64-3b93966fd73eb9ec",
-    "gpustack--nvidia-a10g-linux-amd64": "gpustack-fnv64-c4680bb149644f1c",
-    "gpustack--nvidia-tesla-t4-linux-amd64": "gpustack-fnv64-6b371caa2da0b799",
-    # §5
-    "gpustack--amd-epyc-7r13-linux-amd64": "gpustack-fnv64-8dde992f64a17a2f",
-    "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64": "gpustack-fnv64-029fd9550e0c70bd",
-    "gpustack--amd-epyc-7r32-linux-amd64": "gpustack-fnv64-d3390f10cd57a632",
-    "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64": (
-        "gpustack-fnv64-5b59e508edc027b7"
-    ),
-    "gpustack--intel-xeon-platinum-8259cl-linux-amd64": "gpustack-fnv64-c6aee2b7b5c4dc6b",
+    # §5's table: §1's three types and the five CPU-aware ones, NAME and ENTRANCE.
+    **{name: entrance for name, entrance, *_ in (row.split() for row in SECTION_5_ROWS)},
     # a custom type, by the reference's current rule (the walkthrough's §4 shows an older hash)
-    "a10g-12c128g": "gpustack-fnv64-d4c0e6cd72686015",
+    "a10g-12c128g": CUSTOM_ENTRANCE,
 }
 
 
@@ -46,7 +37,7 @@ def test_the_entrance_is_the_walkthroughs(queue: str, entrance: str) -> None:
 
 def test_the_walkthroughs_section_4_hash_is_not_the_current_rule() -> None:
     # Recorded in docs/instancetypes.md: no spelling of the name reproduces it.
-    assert entrance_name("a10g-12c128g") != "gpustack-fnv64-8cf5b3114035c84a"
+    assert entrance_name("a10g-12c128g") != RECORDED_CUSTOM_ENTRANCE
 
 
 @pytest.mark.parametrize(

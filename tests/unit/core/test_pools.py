@@ -1,8 +1,9 @@
 """Flavors, queues, derived types and the catalog from the walkthrough's four nodes.
 
 The nodes' labels are the walkthrough's (``shared/spec/instancetype-walkthrough.md``, "The
-cluster" and §1's Node); every expected name, label, spec and table row below is copied from
-its §1, §2 and §5 — the YAML blocks verbatim — never produced by the module under test.
+cluster" and §1's Node); every expected name, label, spec and table row is copied from its §1,
+§2 and §5 — the YAML blocks verbatim, once, in ``walkthrough_expected`` — never produced by the
+module under test.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import yaml
 
 from gpustack_core.decoding import convert
 from gpustack_core.derive import (
@@ -40,6 +40,22 @@ from gpustack_core.pools import (
     steered,
 )
 from gpustack_core.views import cpu_view
+from walkthrough_expected import (
+    A10G_FLAVOR,
+    A10G_QUEUE,
+    A10G_TYPE,
+    AWARE_QUEUE,
+    CATALOG_A10G,
+    CPU_FLAVOR,
+    CUSTOM_TYPE,
+    SECTION_1_CATALOG,
+    SECTION_1_FLAVORS,
+    SECTION_1_QUEUE_ROWS,
+    SECTION_1_ROWS,
+    SECTION_5_CATALOG,
+    SECTION_5_ROWS,
+    names,
+)
 
 G = "general.feature.gpustack.ai/"
 A = "acceleratable.feature.gpustack.ai/"
@@ -114,202 +130,19 @@ def card(card_id: str) -> AcceleratorSpec:
     return AcceleratorSpec(id=card_id, index=0, status=AcceleratorStatus(logical_sliced=sliced))
 
 
+T4_B_NODE_LABELS = {
+    **PLATFORM,
+    "gpustack.ai/managed": "true",
+    G + "intel-xeon-platinum-8259cl": "true",
+    A + "nvidia-tesla-t4": "true",
+    A + "nvidia-tesla-t4.count": "4",
+}
+"""The ``spec.nodeLabels`` of node-t4-b's T4 flavor (``…-4d``), in the form §1 shows the A10G's."""
+
 DEVICES = (
     GroupSpec(id="a10g", manufacturer="nvidia", accelerators=(card("GPU-a"),)),
     GroupSpec(id="tesla-t4", manufacturer="nvidia", accelerators=(card("GPU-t"),)),
 )
-
-SECTION_1_FLAVORS = [
-    "gpustack--amd-epyc-7r13-linux-amd64-16c",
-    "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64-1d",
-    "gpustack--amd-epyc-7r32-linux-amd64-4c",
-    "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-1d",
-    "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-4d",
-    "gpustack--intel-xeon-platinum-8259cl-linux-amd64-48c",
-    "gpustack--intel-xeon-platinum-8259cl-linux-amd64-4c",
-]
-
-ACCELERATED_FLAVOR = """
-kind: ResourceFlavor
-metadata:
-  name: gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64-1d
-  labels:
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    feature.gpustack.ai/acceleratable: "true"
-    general.feature.gpustack.ai/amd-epyc-7r32: "true"
-    acceleratable.feature.gpustack.ai/nvidia-a10g: "true"
-    acceleratable.feature.gpustack.ai/nvidia-a10g.count: "1"
-    acceleratable.feature.gpustack.ai/nvidia-a10g.capacity: "1"
-    resource.gpustack.ai/type: nodes
-spec:
-  nodeLabels:
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    gpustack.ai/managed: "true"
-    general.feature.gpustack.ai/amd-epyc-7r32: "true"
-    acceleratable.feature.gpustack.ai/nvidia-a10g: "true"
-    acceleratable.feature.gpustack.ai/nvidia-a10g.count: "1"
-"""
-CPU_FLAVOR = """
-kind: ResourceFlavor
-metadata:
-  name: gpustack--amd-epyc-7r13-linux-amd64-16c
-  labels:
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    feature.gpustack.ai/acceleratable: "false"
-    general.feature.gpustack.ai/amd-epyc-7r13: "true"
-    general.feature.gpustack.ai/amd-epyc-7r13.count: "16"
-    general.feature.gpustack.ai/amd-epyc-7r13.capacity: "16"
-    resource.gpustack.ai/type: nodes
-spec:
-  nodeLabels:
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    gpustack.ai/managed: "true"
-    general.feature.gpustack.ai/amd-epyc-7r13: "true"
-    general.feature.gpustack.ai/amd-epyc-7r13.count: "16"
-"""
-A10G_QUEUE = """
-kind: ClusterQueue
-metadata:
-  name: gpustack--nvidia-a10g-linux-amd64
-  labels:
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    feature.gpustack.ai/acceleratable: "true"
-    acceleratable.feature.gpustack.ai/nvidia-a10g: "true"
-    resource.gpustack.ai/type: instancetypes
-spec:
-  admissionChecksStrategy:
-    admissionChecks:
-    - name: gpustack-node-devices
-  resourceGroups:
-  - coveredResources:
-    - credits.gpustack.ai/nvidia
-    flavors:
-    - name: gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64-1d
-      resources:
-      - name: credits.gpustack.ai/nvidia
-        nominalQuota: 1600k
-"""
-AWARE_QUEUE_LABELS = """
-kubernetes.io/os: linux
-kubernetes.io/arch: amd64
-feature.gpustack.ai/acceleratable: "true"
-acceleratable.feature.gpustack.ai/nvidia-a10g: "true"
-general.feature.gpustack.ai/amd-epyc-7r32: "true"
-resource.gpustack.ai/type: instancetypes
-"""
-A10G_TYPE = """
-kind: InstanceType
-metadata:
-  name: gpustack--nvidia-a10g-linux-amd64
-  labels:
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    feature.gpustack.ai/acceleratable: "true"
-    acceleratable.feature.gpustack.ai/nvidia-a10g: "true"
-    schedule.gpustack.ai/derived-from-node: "true"
-    schedule.gpustack.ai/queue-entrance: gpustack-fnv64-c4680bb149644f1c
-spec:
-  acceleratable: true
-  acceleratorGroup: nvidia-a10g
-  generalGroup: generic
-  os: linux
-  arch: amd64
-  manufacturer: nvidia
-  product: NVIDIA-A10G
-  family: Ampere
-  memory: 24Gi
-  cores: "10240"
-  feature:
-    logicalSliced:
-      maxSize: 128
-      coresPercentageOvercommit: true
-      memoryPercentageStep: 1
-    physicalSliced:
-      maxSize: 0
-  unitResources:
-    cpu: "8"
-    ram: 64Gi
-    localStorage: 100Gi
-"""
-# kubectl get instancetypeflavor: NAME GENERALGROUP ACCELERATORGROUP ACCELERATABLE MANUFACTURER
-# PRODUCT MEMORY CORES SLICEABLE (an absent cell is "").
-SECTION_1_CATALOG = [
-    ("gpustack--generic", "generic", "", False, "generic", "", "", "", None),
-    (
-        "gpustack--nvidia-a10g",
-        "",
-        "nvidia-a10g",
-        True,
-        "nvidia",
-        "NVIDIA-A10G",
-        "24Gi",
-        "10240",
-        True,
-    ),
-    (
-        "gpustack--nvidia-tesla-t4",
-        "",
-        "nvidia-tesla-t4",
-        True,
-        "nvidia",
-        "Tesla-T4",
-        "16Gi",
-        "2560",
-        True,
-    ),
-]
-SECTION_5_CATALOG = [
-    (
-        "gpustack--amd-epyc-7r13",
-        "amd-epyc-7r13",
-        "",
-        False,
-        "amd",
-        "AMD EPYC 7R13 Processor",
-        "",
-        "",
-        None,
-    ),
-    ("gpustack--amd-epyc-7r32", "amd-epyc-7r32", "", False, "amd", "AMD EPYC 7R32", "", "", None),
-    (
-        "gpustack--amd-epyc-7r32--nvidia-a10g",
-        "amd-epyc-7r32",
-        "nvidia-a10g",
-        True,
-        "nvidia",
-        "NVIDIA-A10G",
-        "24Gi",
-        "10240",
-        True,
-    ),
-    (
-        "gpustack--intel-xeon-platinum-8259cl",
-        "intel-xeon-platinum-8259cl",
-        "",
-        False,
-        "intel",
-        "Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz",
-        "",
-        "",
-        None,
-    ),
-    (
-        "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4",
-        "intel-xeon-platinum-8259cl",
-        "nvidia-tesla-t4",
-        True,
-        "nvidia",
-        "Tesla-T4",
-        "16Gi",
-        "2560",
-        True,
-    ),
-]
 
 
 def without_kind(obj: dict[str, Any]) -> dict[str, Any]:
@@ -323,9 +156,8 @@ def test_section_1_seven_flavors() -> None:
     assert [f.name for f in flavors(profiles())] == SECTION_1_FLAVORS
 
 
-@pytest.mark.parametrize("recorded", [ACCELERATED_FLAVOR, CPU_FLAVOR], ids=["a10g", "cpu"])
-def test_section_1_flavor_objects_are_the_walkthroughs(recorded: str) -> None:
-    expected = yaml.safe_load(recorded)
+@pytest.mark.parametrize("expected", [A10G_FLAVOR, CPU_FLAVOR], ids=["a10g", "cpu"])
+def test_section_1_flavor_objects_are_the_walkthroughs(expected: dict[str, Any]) -> None:
     (found,) = [f for f in flavors(profiles()) if f.name == expected["metadata"]["name"]]
     written = resource_flavor(found)
     assert written["apiVersion"] == "kueue.x-k8s.io/v1beta2"
@@ -352,11 +184,7 @@ def test_a_flavor_pools_every_node_of_its_keys() -> None:
 
 def test_section_1_three_queues_and_types() -> None:
     found = pools(flavors(profiles()), aware=False)
-    assert [p.name for p in found] == [
-        "gpustack--generic-linux-amd64",
-        "gpustack--nvidia-a10g-linux-amd64",
-        "gpustack--nvidia-tesla-t4-linux-amd64",
-    ]
+    assert [p.name for p in found] == names(SECTION_1_QUEUE_ROWS)
 
 
 def test_section_1_a10g_cluster_queue() -> None:
@@ -366,7 +194,7 @@ def test_section_1_a10g_cluster_queue() -> None:
     # The walkthrough trims the spec; Kueue needs the empty selector to admit from any
     # namespace (its default selects none), so it is the one field the recording omits.
     assert written["spec"].pop("namespaceSelector") == {}
-    assert without_kind(written) == without_kind(yaml.safe_load(A10G_QUEUE))
+    assert without_kind(written) == without_kind(A10G_QUEUE)
     assert written["kind"] == "ClusterQueue"
 
 
@@ -408,11 +236,9 @@ def test_section_1_derived_a10g_instance_type() -> None:
     found = pools(flavors(profiles()), aware=False)
     pool = PoolIdentity("generic", "nvidia-a10g", "linux", "amd64")
     derived = derived_instance_type(pool, found[pool], feature_of(DEVICES, "nvidia-a10g"))
-    assert derived == convert(yaml.safe_load(A10G_TYPE), InstanceType, what="walkthrough")
-    assert (
-        msgspec.to_builtins(derived)["metadata"]["labels"]
-        == yaml.safe_load(A10G_TYPE)["metadata"]["labels"]
-    )
+    recorded = {k: v for k, v in A10G_TYPE.items() if k != "status"}  # the spec's, not the view
+    assert derived == convert(recorded, InstanceType, what="walkthrough")
+    assert msgspec.to_builtins(derived)["metadata"]["labels"] == A10G_TYPE["metadata"]["labels"]
 
 
 @pytest.mark.parametrize(
@@ -450,18 +276,7 @@ def test_section_1_catalog() -> None:
     entries = catalog(flavors(profiles()), aware=False, groups=DEVICES)
     assert cells(entries) == SECTION_1_CATALOG
     encoded = msgspec.to_builtins(entries[1])
-    assert encoded == {  # §1's InstanceTypeFlavor YAML: no metadata.labels
-        "metadata": {"name": "gpustack--nvidia-a10g"},
-        "spec": {
-            "acceleratable": True,
-            "acceleratorGroup": "nvidia-a10g",
-            "manufacturer": "nvidia",
-            "product": "NVIDIA-A10G",
-            "memory": "24Gi",
-            "cores": "10240",
-            "sliceable": True,
-        },
-    }
+    assert encoded == without_kind(CATALOG_A10G)  # §1's InstanceTypeFlavor YAML: no labels
     assert msgspec.to_builtins(entries[0])["spec"]["acceleratable"] is False  # written, not omitted
 
 
@@ -495,12 +310,9 @@ def test_section_5_flavors_are_unchanged_and_the_pools_split() -> None:
     found = flavors(profiles())
     assert len(found) == 7  # kubectl get resourceflavor --no-headers | wc -l
     aware = pools(found, aware=True)
+    # §5's rows but the collapsed ones §1 printed.
     assert [p.name for p in aware] == [
-        "gpustack--amd-epyc-7r13-linux-amd64",
-        "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64",
-        "gpustack--amd-epyc-7r32-linux-amd64",
-        "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64",
-        "gpustack--intel-xeon-platinum-8259cl-linux-amd64",
+        n for n in names(SECTION_5_ROWS) if n not in names(SECTION_1_ROWS)
     ]
     cells_5 = {p.name: cpu_view(node_cores(m)) for p, m in aware.items() if not p.acceleratable}
     assert {n: (v.once_max_request // 1000, v.remaining // 1000) for n, v in cells_5.items()} == {
@@ -514,7 +326,7 @@ def test_section_5_aware_queue_carries_the_cpu_key() -> None:
     aware = pools(flavors(profiles()), aware=True)
     pool = PoolIdentity("amd-epyc-7r32", "nvidia-a10g", "linux", "amd64")
     written = cluster_queue(pool, aware[pool], admission_check=True)
-    assert written["metadata"]["labels"] == yaml.safe_load(AWARE_QUEUE_LABELS)
+    assert written["metadata"]["labels"] == AWARE_QUEUE["metadata"]["labels"]
 
 
 def test_section_5_the_collapsed_types_still_find_their_flavors() -> None:
@@ -534,7 +346,7 @@ def test_section_5_the_collapsed_types_still_find_their_flavors() -> None:
 
 def test_section_5_catalog() -> None:
     entries = catalog(flavors(profiles()), aware=True, groups=DEVICES)
-    assert cells(entries) == SECTION_5_CATALOG
+    assert cells(entries) == sorted(SECTION_5_CATALOG)  # by name; the walkthrough's CPU first
 
 
 def test_section_5_aware_types_presets() -> None:
@@ -559,17 +371,7 @@ def test_section_5_aware_types_presets() -> None:
 
 
 def test_section_4_a_custom_type_is_enriched_and_keeps_its_units() -> None:
-    custom = convert(
-        {
-            "acceleratable": True,
-            "acceleratorGroup": "nvidia-a10g",
-            "os": "linux",
-            "arch": "amd64",
-            "unitResources": {"cpu": "12", "ram": "128Gi", "localStorage": "200Gi"},
-        },
-        InstanceTypeSpec,
-        what="a10g-12c128g",
-    )
+    custom = convert(CUSTOM_TYPE["spec"], InstanceTypeSpec, what="a10g-12c128g")
     pool = identity_of(custom)
     assert pool.name == "gpustack--nvidia-a10g-linux-amd64"  # a sibling of the derived pool
     found = members(pool, flavors(profiles()))
@@ -652,14 +454,7 @@ def test_a_pinned_node_names_the_flavor_it_forms_for_the_pool() -> None:
         return {"metadata": {"name": name, "labels": labels, "annotations": annotations}}
 
     t4b = node("node-t4-b", NODES["node-t4-b"])
-    assert pinned_flavor_labels(t4b, "nvidia-tesla-t4") == {
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
-        "gpustack.ai/managed": "true",
-        G + "intel-xeon-platinum-8259cl": "true",
-        A + "nvidia-tesla-t4": "true",
-        A + "nvidia-tesla-t4.count": "4",
-    }
+    assert pinned_flavor_labels(t4b, "nvidia-tesla-t4") == T4_B_NODE_LABELS
     # The CPU pool: the node's cores flavor (§1's CPU flavor form).
     assert pinned_flavor_labels(node("node-cpu", NODES["node-cpu"]), None) == {
         "kubernetes.io/os": "linux",
@@ -680,16 +475,8 @@ def test_steering_names_the_flavors_with_a_node_that_fits_and_only_some() -> Non
     t4 = [f for f in flavors(profiles()) if f.accelerator and f.accelerator.key == T4[0]]
     by_node = {f.nodes: f for f in t4}
     assert set(by_node) == {("node-t4-a",), ("node-t4-b",)}
-    four_d = {
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
-        "gpustack.ai/managed": "true",
-        G + "intel-xeon-platinum-8259cl": "true",
-        A + "nvidia-tesla-t4": "true",
-        A + "nvidia-tesla-t4.count": "4",
-    }
     assert steered(t4, {"node-t4-b"}) == (by_node[("node-t4-b",)],)
-    assert node_labels_of(by_node[("node-t4-b",)]) == four_d
+    assert node_labels_of(by_node[("node-t4-b",)]) == T4_B_NODE_LABELS
     assert steered(t4, {"node-t4-a", "node-t4-b"}) == ()  # every flavor can: nothing to steer
     assert steered(t4, set()) == ()  # none can now: unsteered, the check's Retry says why
     assert steered(t4, {"node-cpu"}) == ()  # a node of no member flavor counts for nothing

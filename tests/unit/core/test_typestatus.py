@@ -1,51 +1,32 @@
 """An InstanceType's status and its table cells, against the walkthrough's rows.
 
-Rows are ``shared/spec/instancetype-walkthrough.md``'s ``kubectl get instancetypes`` tables; the
-one documented difference is SH's once-max, in cards under the current shared reading (the
-walkthrough's ``10/10`` is ``1/10``, its ``40/50`` is ``4/50``).
+Rows are ``shared/spec/instancetype-walkthrough.md``'s ``kubectl get instancetypes`` tables, the
+A10G's status its §1 YAML (``walkthrough_expected``); the one documented difference is SH's
+once-max, in cards under the current shared reading (the walkthrough's ``10/10`` is ``1/10``, its
+``40/50`` is ``4/50``).
 """
 
 from __future__ import annotations
 
 import msgspec
-import yaml
 
 from gpustack_core.instancetype import UnitResources
 from gpustack_core.typestatus import accelerator_text, cpu_text, instancetype_status, unit_text
 from gpustack_core.views import View, Views
+from walkthrough_expected import A10G_TYPE
 
 A10G = Views(exclusive=View(1, 1, 1), shared=View(10, 1, 10), sliced=View(100, 100, 100))
 T4 = Views(exclusive=View(5, 4, 5), shared=View(50, 4, 50), sliced=View(500, 100, 500))
 A10G_UNIT = UnitResources(cpu="8", ram="64Gi", local_storage="100Gi")
 
-A10G_STATUS = """
-phase: Active
-accelerator:
-  capacity: "1"
-  onceMaxRequest: "1"
-  remaining: "1"
-acceleratorShared:
-  capacity: "10"
-  onceMaxRequest: "1"   # the walkthrough's 10: shares then, cards now
-  remaining: "10"
-acceleratorSliced:
-  capacity: "100"
-  onceMaxRequest: "100"
-  remaining: "100"
-acceleratorPartitioned:
-  capacity: "0"
-  onceMaxRequest: "0"
-  remaining: "0"
-cpu:
-  capacity: "0"
-  onceMaxRequest: "0"
-  remaining: "0"
-entrance: gpustack-fnv64-c4680bb149644f1c
-summary:
-  unit: 8/64Gi/100Gi
-  accelerator: 1/1 1/10 100/100 0/0
-  cpu: 0/0
-"""
+A10G_STATUS = {
+    **A10G_TYPE["status"],
+    # The walkthrough's 10 (SHARED_READING): shares then, cards now.
+    "acceleratorShared": {**A10G_TYPE["status"]["acceleratorShared"], "onceMaxRequest": "1"},
+    # What the walkthrough's trimmed status leaves out: the CPU view and the summary cells.
+    "cpu": {"capacity": "0", "onceMaxRequest": "0", "remaining": "0"},
+    "summary": {"unit": "8/64Gi/100Gi", "accelerator": "1/1 1/10 100/100 0/0", "cpu": "0/0"},
+}
 
 
 def test_the_a10g_status() -> None:
@@ -53,10 +34,10 @@ def test_the_a10g_status() -> None:
         unit=A10G_UNIT,
         views=A10G,
         cpu=View(),
-        entrance="gpustack-fnv64-c4680bb149644f1c",
+        entrance=A10G_TYPE["status"]["entrance"],
         phase="Active",
     )
-    assert msgspec.json.decode(msgspec.json.encode(status)) == yaml.safe_load(A10G_STATUS)
+    assert msgspec.json.decode(msgspec.json.encode(status)) == A10G_STATUS
 
 
 def test_the_walkthroughs_cells() -> None:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,19 +30,14 @@ from gpustack_kube.config import KubeConfig
 from gpustack_worker.admission import DevicesCache
 from gpustack_worker.instance_admission import patch_of
 from gpustack_worker.instancetype_admission import InstanceTypeWebhook
+from walkthrough_expected import A10G_TYPE, CUSTOM_ENTRANCE, CUSTOM_TYPE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
-from test_pools import A10G_TYPE, NODES
+from test_pools import NODES
 
 VALIDATE = contract.INSTANCE_TYPE_VALIDATE_PATH
 MUTATE = contract.INSTANCE_TYPE_MUTATE_PATH
-CUSTOM_SPEC = {
-    "acceleratable": True,
-    "acceleratorGroup": "nvidia-a10g",
-    "os": "linux",
-    "arch": "amd64",
-    "unitResources": {"cpu": "12", "ram": "128Gi", "localStorage": "200Gi"},
-}
+CUSTOM_SPEC = CUSTOM_TYPE["spec"]
 A10G_DEVICES = {
     "metadata": {"name": "node-a10g"},
     "spec": {"groups": [{
@@ -142,7 +136,7 @@ async def test_the_section_4_type_is_defaulted_from_the_a10g_flavor() -> None:
     assert answer["allowed"] is True
     assert "warnings" not in answer
     made = applied(instancetype(CUSTOM_SPEC), patch_of(body))
-    derived = yaml.safe_load(A10G_TYPE)
+    derived = A10G_TYPE
     assert made["spec"] == {
         **derived["spec"],
         "feature": {"logicalSliced": derived["spec"]["feature"]["logicalSliced"],
@@ -151,7 +145,7 @@ async def test_the_section_4_type_is_defaulted_from_the_a10g_flavor() -> None:
     }  # fmt: skip
     labels = dict(derived["metadata"]["labels"])
     del labels["schedule.gpustack.ai/derived-from-node"]
-    labels["schedule.gpustack.ai/queue-entrance"] = "gpustack-fnv64-d4c0e6cd72686015"
+    labels["schedule.gpustack.ai/queue-entrance"] = CUSTOM_ENTRANCE
     assert made["metadata"]["labels"] == labels
     assert sorted(set(cluster.reads)) == [
         "/api/v1/nodes",
@@ -194,7 +188,7 @@ async def test_a_pool_no_node_offers_is_admitted_with_a_warning() -> None:
 async def test_an_update_is_not_defaulted_again_but_keeps_what_it_leaves_out() -> None:
     """Re-applying the §4 manifest with a displayName: nothing read, the defaulted fields
     carried, then validation passes; a re-size is refused field by field (403)."""
-    stored = yaml.safe_load(A10G_TYPE)["spec"] | {"unitResources": CUSTOM_SPEC["unitResources"]}
+    stored = A10G_TYPE["spec"] | {"unitResources": CUSTOM_SPEC["unitResources"]}
     named = {**CUSTOM_SPEC, "displayName": "A10G, big unit"}
     cluster = Cluster()
     async with webhook(cluster) as hook:
@@ -225,7 +219,7 @@ async def test_an_update_is_not_defaulted_again_but_keeps_what_it_leaves_out() -
 
 
 async def test_inactive_and_display_name_change_freely() -> None:
-    stored = yaml.safe_load(A10G_TYPE)["spec"]
+    stored = A10G_TYPE["spec"]
     async with webhook(Cluster()) as hook:
         changed = {**stored, "inactive": True, "displayName": "off"}
         _, body = await hook.handle(VALIDATE, review(changed, operation="UPDATE", old=stored))
