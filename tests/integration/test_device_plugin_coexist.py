@@ -127,6 +127,41 @@ async def test_nothing_is_registered_while_another_plugin_holds_the_name(
         assert handle.blocked is None
 
 
+async def test_after_a_kubelet_restart_it_does_not_take_the_name_back(
+    kubelet: FakeKubelet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ours registered first; the GPU Operator's plugin came later and took nvidia.com/gpu. At
+    the kubelet's restart both re-register, and whichever is last would hold the name: ours
+    looks first and holds off."""
+    caplog.set_level(logging.INFO, logger="gpustack.devicemanager.deviceplugin")
+    directory = kubelet.socket.parent
+    async with plugins(kubelet, ResourceNames.of("nvidia")) as handle:
+        await registered(kubelet, NVIDIA)
+        before = len(kubelet.registrations)
+        the_gpu_operator_is_there(directory).close()  # its registration, in the checkpoint
+        # The kubelet restarts: it removes every socket in its directory but keeps its
+        # checkpoint; the other plugin serves its socket again, and the kubelet comes back.
+        await trio.to_thread.run_sync(kubelet._stop_registration)
+        for entry in directory.iterdir():
+            if entry.name != "kubelet_internal_checkpoint":
+                entry.unlink()
+        other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        other.bind(str(directory / "nvidia-gpu.sock"))
+        try:
+            await trio.to_thread.run_sync(kubelet.start)
+            with trio.fail_after(10):
+                while handle.blocked is None:
+                    await trio.sleep(0.05)
+            await trio.sleep(0.5)
+            assert len(kubelet.registrations) == before  # not one mode registered again
+            assert handle.blocked.resources == ("nvidia.com/gpu",)
+            errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+            assert len(errors) == 1, errors
+            assert "(endpoint 'nvidia-gpu.sock')" in errors[0]
+        finally:
+            other.close()
+
+
 async def test_force_registers_at_once(kubelet: FakeKubelet) -> None:
     other = the_gpu_operator_is_there(kubelet.socket.parent)
     try:

@@ -18,9 +18,12 @@ them. So before registering, the Device Manager looks at what the kubelet itself
 
 Both together are a conflict: the Device Manager does not register (not even the other
 modes: a slice of a card the other plugin granted whole is the same double grant), logs one
-line naming the other endpoint(s), and looks again until they are gone. ``--force-device-plugin``
-registers anyway (the kubelet then routes the name to us; the other plugin is expected to be
-off). The documented ways out are in docs/deploy.md, "Beside the NVIDIA GPU Operator".
+line naming the other endpoint(s), and looks again until they are gone. It looks before every
+registration: at start, and after each kubelet restart, when both plugins register again and
+the last would take the name (the kubelet keeps its checkpoint across a restart).
+``--force-device-plugin`` registers anyway (the kubelet then routes the name to us; the other
+plugin is expected to be off). The documented ways out are in docs/deploy.md, "Beside the
+NVIDIA GPU Operator".
 """
 
 from __future__ import annotations

@@ -112,6 +112,8 @@ class DevicePlugins:
     """Successful ``Register`` calls so far, re-registrations included."""
     blocked: Conflict | None = None
     """While set, another plugin holds one of our names and nothing is registered."""
+    checked_at: float = 0.0
+    """When the plugin directory was last looked at for another plugin (trio's clock)."""
     _served: list[_Served] = field(default_factory=list, repr=False)
 
 
@@ -167,12 +169,10 @@ async def run_device_plugins(
     if not served:
         log.warning("no device-plugin resource to serve: no detected card offers any mode")
     try:
-        if not options.force and await _wait_for_the_name(options, served, handle, task_status):
-            task_status = trio.TASK_STATUS_IGNORED  # already started while waiting
         for s in served:
             await trio.to_thread.run_sync(s.start)
         await _keep_registered(options, served, handle)
-        task_status.started(handle)
+        task_status.started(handle)  # registered, or held off by another plugin: never waits
         while True:
             await trio.sleep(options.watch_period)
             await _keep_registered(options, served, handle)
@@ -182,34 +182,27 @@ async def run_device_plugins(
             s.socket.unlink(missing_ok=True)
 
 
-async def _wait_for_the_name(
-    options: PluginOptions,
-    served: list[_Served],
-    handle: DevicePlugins,
-    task_status: trio.TaskStatus[DevicePlugins],
-) -> bool:
-    """Hold off registering while another plugin holds one of our names; whether it waited.
+async def _held_off(options: PluginOptions, served: list[_Served], handle: DevicePlugins) -> bool:
+    """Whether another plugin holds one of our names now (``coexist.py``); said once a change.
 
-    The daemon's start does not wait on this (the monitor and the exporter serve meanwhile):
-    the task reports started at once, with ``handle.blocked`` set.
+    Asked before every registration: at start, and after a kubelet restart, when the other
+    plugin re-registers too and whichever registers last would take the name. While held off,
+    looked at again every ``conflict_recheck`` seconds, not every watch period.
     """
-    directory = options.kubelet_socket.parent
-    resources = [s.plugin.resource for s in served]
-    found = await trio.to_thread.run_sync(conflict, directory, resources)
-    if found is None:
+    if options.force:
         return False
+    now = trio.current_time()
+    if handle.blocked is not None and now - handle.checked_at < options.conflict_recheck:
+        return True
+    handle.checked_at = now
+    resources = [s.plugin.resource for s in served]
+    found = await trio.to_thread.run_sync(conflict, options.kubelet_socket.parent, resources)
+    if found is not None and found != handle.blocked:
+        log.error("%s", found.line())
+    elif found is None and handle.blocked is not None:
+        log.warning("no other device plugin holds %s any more: registering", ", ".join(resources))
     handle.blocked = found
-    log.error("%s", found.line())
-    task_status.started(handle)
-    while found is not None:
-        await trio.sleep(options.conflict_recheck)
-        again = await trio.to_thread.run_sync(conflict, directory, resources)
-        if again is not None and again != found:
-            log.error("%s", again.line())
-        found = again
-        handle.blocked = found
-    log.warning("no other device plugin holds %s any more: registering", ", ".join(resources))
-    return True
+    return found is not None
 
 
 async def _keep_registered(
@@ -224,6 +217,10 @@ async def _keep_registered(
                 s.socket,
             )
             await trio.to_thread.run_sync(s.start)
+    pending = kubelet is not None and any(s.registered_with != kubelet for s in served)
+    if pending and await _held_off(options, served, handle):
+        return  # not one mode: a slice of a card the other plugin granted whole is a double grant
+    for s in served:
         if kubelet is None or s.registered_with == kubelet:
             continue
         try:
