@@ -330,7 +330,12 @@ async def test_sections_1_and_2_flavors_queues_types_and_a_node_leaving(tmp_path
 
         a10g = await eventually(named_check, "the A10G queue naming the check")
         assert {k: a10g["spec"][k] for k in A10G_QUEUE["spec"]} == A10G_QUEUE["spec"]
-        t4 = chain.get("ClusterQueue", "gpustack--nvidia-tesla-t4-linux-amd64")
+
+        def t4_named() -> dict[str, Any] | None:  # queues are aligned one by one, by name
+            found = chain.get("ClusterQueue", "gpustack--nvidia-tesla-t4-linux-amd64")
+            return found if "admissionChecksStrategy" in _spec(found) else None
+
+        t4 = await eventually(t4_named, "the T4 queue naming the check")
         assert _spec(t4)["admissionChecksStrategy"] == A10G_QUEUE["spec"]["admissionChecksStrategy"]
         assert [f["name"] for f in _spec(t4)["resourceGroups"][0]["flavors"]] == [
             "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-1d",

@@ -600,12 +600,14 @@ WORKER_ONLY = [
     ("create", WORKER_GROUP, "instances", "", "team-a"),
     ("delete", WORKER_GROUP, "instances", "", "team-a"),
     ("patch", "", "nodes", "status", ""),
+    # The node-devices check's per-card fit labels (a merge patch of the Nodes' labels).
+    ("patch", "", "nodes", "", ""),
+    # The InstanceType chain's derived types (create-only).
+    ("create", WORKER_GROUP, "instancetypes", "", ""),
 ]
 DAEMON_DENIED = [
     ("get", "", "configmaps", "", "default"),
     ("get", "", "secrets", "", "kube-system"),
-    ("patch", "", "nodes", "", ""),
-    ("create", WORKER_GROUP, "instancetypes", "", ""),
 ]
 
 
