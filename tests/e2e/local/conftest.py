@@ -29,8 +29,9 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
         "simulator", "up", "--state-dir", str(state_dir), "--monitor-period", "2s",
         "--control-plane", CONTROL_PLANE, timeout=600,
     )  # fmt: skip
-    assert started.returncode == 0, f"simulator up failed:\n{started.stdout}\n{started.stderr}"
     try:
+        # Inside the try: an up that failed half-way still has its processes stopped.
+        assert started.returncode == 0, f"simulator up failed:\n{started.stdout}\n{started.stderr}"
         document = yaml.safe_load((state_dir / "kubeconfig").read_text())
         tokens = {u["name"]: u["user"]["token"] for u in document["users"]}
         yield System(state_dir, Endpoints.load(state_dir), tokens, real=CONTROL_PLANE == "real")

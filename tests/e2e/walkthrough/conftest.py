@@ -52,8 +52,9 @@ def walkthrough_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sys
         "simulator", "up", "--state-dir", str(state_dir), "--scenario", "walkthrough",
         "--control-plane", CONTROL_PLANE, "--monitor-period", "2s", timeout=600,
     )  # fmt: skip
-    assert started.returncode == 0, f"simulator up failed:\n{started.stdout}\n{started.stderr}"
     try:
+        # Inside the try: an up that failed half-way still has its processes stopped.
+        assert started.returncode == 0, f"simulator up failed:\n{started.stdout}\n{started.stderr}"
         yield _system(state_dir)
     finally:
         stopped = cli("simulator", "down", "--state-dir", str(state_dir))
