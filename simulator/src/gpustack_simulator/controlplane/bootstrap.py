@@ -5,8 +5,11 @@ namespace), and every object that configures the API server is applied as render
 ServiceAccounts, ClusterRoles, Roles and their bindings, the APIService, the webhook
 configurations, the Services, the Settings. What needs a kubelet and an image (Deployments,
 DaemonSets, the PodDisruptionBudget) is not applied; those daemons run as local processes with
-the credentials the chart gives their ServiceAccounts. Three edits are made, each because this
-machine has no Service network:
+the credentials the chart gives their ServiceAccounts, rendered with one value of their own:
+``deviceManager.kubeletAccess=proxy`` (:data:`VALUES`), because the simulated Device Managers
+read their node's kubelet summary through the API server's node proxy, where the node agent
+answers it, and the chart's default (``direct``) grants only ``nodes/stats``. Three edits are
+made, each because this machine has no Service network:
 
 - the worker's Service becomes an ``ExternalName`` naming the loopback address the worker
   listens on, on the worker's port (kube-aggregator and the webhook dispatcher dial
@@ -32,6 +35,8 @@ from gpustack_simulator.scenario.schema import MASTERS, Rule, UserDoc
 
 RELEASE = "gpustack-operator"
 WORKER_SERVICE = "gpustack-operator-worker"
+VALUES = ("--set", "deviceManager.kubeletAccess=proxy")
+"""The values ``helm template`` is given: how the simulated daemons reach their kubelets."""
 APPLIED_KINDS = frozenset(
     {
         "CustomResourceDefinition",
@@ -63,7 +68,16 @@ class BootstrapError(Exception):
 def render_chart(helm: Path, chart: Path, namespace: str) -> list[dict[str, Any]]:
     """``helm template`` of the chart (CRDs included), as a list of objects."""
     done = subprocess.run(
-        [str(helm), "template", RELEASE, str(chart), "--namespace", namespace, "--include-crds"],
+        [
+            str(helm),
+            "template",
+            RELEASE,
+            str(chart),
+            "--namespace",
+            namespace,
+            "--include-crds",
+            *VALUES,
+        ],
         capture_output=True,
         text=True,
         check=False,
