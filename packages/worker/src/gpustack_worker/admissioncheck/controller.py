@@ -57,9 +57,10 @@ from gpustack_kube.paths import (
     WORKLOADS,
     join,
 )
-from gpustack_kube.workqueue import ShutDown, WorkQueue
+from gpustack_kube.workqueue import WorkQueue
 from gpustack_worker.held import node_informer
 from gpustack_worker.instancetypes.observed import node_devices
+from gpustack_worker.keyworkers import KeyWorkers
 
 log = logging.getLogger("gpustack.worker.admissioncheck")
 
@@ -125,7 +126,8 @@ class NodeDevicesCheck:
                 retry_period=self.options.retry_period,
             ),
         )
-        self.busy = 0
+        # A Conflict: Kueue wrote the Workload meanwhile, so it is read again at once.
+        self.workers = KeyWorkers(self.queue, self.reconcile, log, again_at_once=(Conflict,))
         self.answers: list[tuple[str, str, str]] = []
         """(Workload key, state, message) of every answer written; for tests and debugging."""
         self._said: dict[str, str] = {}
@@ -205,39 +207,14 @@ class NodeDevicesCheck:
             await trio.sleep(KUEUE_RECHECK)
 
     async def drain(self, timeout: float = 10.0) -> None:
-        """Stop taking keys and wait (at most ``timeout``) for the answers in flight."""
-        self.queue.shut_down()
-        with trio.move_on_after(timeout):
-            while self.busy:
-                await trio.sleep(0.01)
+        """Stop taking keys and wait (at most ``timeout``) for the reconciles in flight."""
+        await self.workers.drain(timeout)
 
     async def _work(self) -> None:
         """Write the check and look at every Workload on taking the lead, then what changes."""
         self.queue.add(CHECK_KEY)
         self._everything_changed()
-        async with trio.open_nursery() as nursery:
-            for _ in range(self.options.workers):
-                nursery.start_soon(self._worker)
-
-    async def _worker(self) -> None:
-        while True:
-            try:
-                key = await self.queue.get()
-            except ShutDown:
-                return
-            self.busy += 1
-            try:
-                await self.reconcile(key)
-            except Conflict:
-                self.queue.add(key)  # Kueue wrote the Workload meanwhile: read it again
-            except (KubeError, ContractError) as exc:
-                log.warning("node-devices check, %s: %s; retrying", key, exc)
-                self.queue.add_rate_limited(key)
-            else:
-                self.queue.forget(key)
-            finally:
-                self.queue.done(key)
-                self.busy -= 1
+        await self.workers.run(self.options.workers)
 
     # -- reconcile ------------------------------------------------------------------------
 

@@ -54,7 +54,7 @@ from gpustack_kube.paths import (
     PODS,
     SERVICES,
 )
-from gpustack_kube.workqueue import ShutDown, WorkQueue
+from gpustack_kube.workqueue import WorkQueue
 from gpustack_worker.held import TEMPLATE_HASH, held_pod, node_informer
 from gpustack_worker.instances.kueue import KueueView, Waiting, waiting
 from gpustack_worker.instances.render import (
@@ -76,6 +76,7 @@ from gpustack_worker.instances.render import (
 )
 from gpustack_worker.instances.status import derive_status
 from gpustack_worker.instancetypes.observed import node_devices
+from gpustack_worker.keyworkers import KeyWorkers
 from gpustack_worker.settings import OperatorSettings
 
 log = logging.getLogger("gpustack.worker.instances")
@@ -255,8 +256,7 @@ class InstanceController:
             ),
         )
         self.reconciles = 0
-        self.busy = 0
-        """Workers inside a reconcile now; a caller stopping the controller waits for 0."""
+        self.workers = KeyWorkers(self.queue, self.reconcile, log, after=self.flush_events)
         self.writes: list[tuple[str, str]] = []
         """(verb, what) of every write made; for tests and the debug state."""
         self._told: dict[str, str] = {}
@@ -339,15 +339,8 @@ class InstanceController:
                 await self._work()
 
     async def drain(self, timeout: float = 10.0) -> None:
-        """Stop taking keys and wait (at most ``timeout``) for the reconciles in flight.
-
-        Cancelling a worker mid-request abandons the request it was sending; draining first
-        lets a clean shutdown (or a test's teardown) end with no write half-made.
-        """
-        self.queue.shut_down()
-        with trio.move_on_after(timeout):
-            while self.busy:
-                await trio.sleep(0.01)
+        """Stop taking keys and wait (at most ``timeout``) for the reconciles in flight."""
+        await self.workers.drain(timeout)
 
     def _informers(self) -> Iterable[Informer[Any]]:
         nodes = (self.nodes,) if self._owns_nodes else ()
@@ -376,32 +369,7 @@ class InstanceController:
             self._instance_changed((instance.metadata.namespace, instance.metadata.name))
         for namespace in self._policy_namespaces():
             self.queue.add(namespace)
-        async with trio.open_nursery() as nursery:
-            for _ in range(self.options.workers):
-                nursery.start_soon(self._worker)
-
-    async def _worker(self) -> None:
-        while True:
-            try:
-                key = await self.queue.get()
-            except ShutDown:
-                return
-            self.busy += 1
-            try:
-                requeue = await self.reconcile(key)
-            except (KubeError, ContractError) as exc:
-                log.warning("reconciling %s: %s; retrying", key, exc)
-                self.queue.add_rate_limited(key)
-            else:
-                self.queue.forget(key)
-                if requeue:
-                    self.queue.add_after(key, requeue)
-            finally:
-                self.queue.done(key)
-            try:
-                await self.flush_events()
-            finally:
-                self.busy -= 1
+        await self.workers.run(self.options.workers)
 
     # -- reconcile ------------------------------------------------------------------------
 

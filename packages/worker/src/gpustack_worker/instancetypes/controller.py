@@ -78,7 +78,7 @@ from gpustack_kube.paths import (
     RESOURCE_FLAVORS,
     join,
 )
-from gpustack_kube.workqueue import ShutDown, WorkQueue
+from gpustack_kube.workqueue import WorkQueue
 from gpustack_worker.held import node_informer
 from gpustack_worker.instances.controller import ControllerOptions
 from gpustack_worker.instancetypes.desired import (
@@ -104,6 +104,7 @@ from gpustack_worker.instancetypes.observed import (
     terminating,
 )
 from gpustack_worker.instancetypes.status import type_status
+from gpustack_worker.keyworkers import KeyWorkers
 from gpustack_worker.settings import OperatorSettings
 
 log = logging.getLogger("gpustack.worker.instancetypes")
@@ -232,8 +233,7 @@ class InstanceTypeController:
         self.check = CheckState.ABSENT
         """The ``gpustack-node-devices`` AdmissionCheck's state, as last read."""
         self.reconciles = 0
-        self.busy = 0
-        """Workers inside a reconcile now; a caller stopping the controller waits for 0."""
+        self.workers = KeyWorkers(self.queue, self.reconcile, log)
         self.writes: list[tuple[str, str]] = []
         """(verb, what) of every write made; for tests and the debug state."""
         self._profiles: dict[str, object] = {}
@@ -327,10 +327,7 @@ class InstanceTypeController:
 
     async def drain(self, timeout: float = 10.0) -> None:
         """Stop taking keys and wait (at most ``timeout``) for the reconciles in flight."""
-        self.queue.shut_down()
-        with trio.move_on_after(timeout):
-            while self.busy:
-                await trio.sleep(0.01)
+        await self.workers.drain(timeout)
 
     async def _follow_kueue(
         self, nursery: trio.Nursery, *, task_status: trio.TaskStatus[None]
@@ -402,29 +399,7 @@ class InstanceTypeController:
         self._present = {t.metadata.name for t in self.types.objects()
                          if not t.metadata.deletion_timestamp}  # fmt: skip
         self._everything()
-        async with trio.open_nursery() as nursery:
-            for _ in range(self.options.workers):
-                nursery.start_soon(self._worker)
-
-    async def _worker(self) -> None:
-        while True:
-            try:
-                key = await self.queue.get()
-            except ShutDown:
-                return
-            self.busy += 1
-            try:
-                requeue = await self.reconcile(key)
-            except (KubeError, ContractError) as exc:
-                log.warning("reconciling %s: %s; retrying", key, exc)
-                self.queue.add_rate_limited(key)
-            else:
-                self.queue.forget(key)
-                if requeue:
-                    self.queue.add_after(key, requeue)
-            finally:
-                self.queue.done(key)
-                self.busy -= 1
+        await self.workers.run(self.options.workers)
 
     # -- what the caches say --------------------------------------------------------------
 
