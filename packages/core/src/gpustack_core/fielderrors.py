@@ -118,6 +118,17 @@ def aggregate(errors: Sequence[FieldError]) -> str:
     return "[" + ", ".join(texts) + "]"
 
 
+def refusal_status(errors: Sequence[FieldError]) -> tuple[int, str]:
+    """The code and reason a webhook refuses ``errors`` with, as kube-apiserver words them.
+
+    ``403 Forbidden`` when every error is a ``Forbidden`` one (a closed gate, an immutable
+    field): the request is well formed and not allowed. Otherwise ``422 Invalid``.
+    """
+    if all(e.type == "Forbidden" for e in errors):
+        return 403, "Forbidden"
+    return 422, "Invalid"
+
+
 __all__ = [
     "REASONS",
     "ErrorType",
@@ -127,5 +138,6 @@ __all__ = [
     "forbidden",
     "invalid",
     "not_found",
+    "refusal_status",
     "required",
 ]

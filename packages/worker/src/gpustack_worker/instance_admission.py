@@ -35,7 +35,7 @@ import msgspec
 
 from gpustack_core import contract
 from gpustack_core.decoding import ContractError
-from gpustack_core.fielderrors import FieldError, aggregate
+from gpustack_core.fielderrors import FieldError, aggregate, refusal_status
 from gpustack_core.instance import Instance, instance_from_object
 from gpustack_core.instance_rules import (
     Gates,
@@ -158,14 +158,8 @@ class InstanceWebhook:
         except Unverifiable as exc:
             return self._deny(review, [], str(exc), code=503, reason="ServiceUnavailable")
         if errors:
-            forbidden_only = all(e.type == "Forbidden" for e in errors)
-            return self._deny(
-                review,
-                errors,
-                aggregate(errors),
-                code=403 if forbidden_only else 422,
-                reason="Forbidden" if forbidden_only else "Invalid",
-            )
+            code, reason = refusal_status(errors)
+            return self._deny(review, errors, aggregate(errors), code=code, reason=reason)
         return answer(review.uid)
 
     async def _cluster_errors(

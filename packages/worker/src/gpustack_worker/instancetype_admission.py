@@ -34,7 +34,7 @@ from typing import Any, Final, Literal
 from gpustack_core import contract
 from gpustack_core.decoding import ContractError, convert
 from gpustack_core.derive import feature_of, identity_of, member_nodes, members
-from gpustack_core.fielderrors import FieldError, aggregate
+from gpustack_core.fielderrors import FieldError, aggregate, refusal_status
 from gpustack_core.instance_rules import object_meta
 from gpustack_core.instancetype import QUEUE_ENTRANCE_LABEL, Feature, InstanceTypeSpec
 from gpustack_core.instancetype_rules import (
@@ -138,14 +138,8 @@ class InstanceTypeWebhook:
             errors += [e for e in spec_errors(new) if str(e) not in stored]
             errors += immutable_errors(new, old)
         if errors:
-            forbidden_only = all(e.type == "Forbidden" for e in errors)
-            return self._deny(
-                review,
-                errors,
-                aggregate(errors),
-                code=403 if forbidden_only else 422,
-                reason="Forbidden" if forbidden_only else "Invalid",
-            )
+            code, reason = refusal_status(errors)
+            return self._deny(review, errors, aggregate(errors), code=code, reason=reason)
         return answer(review.uid)
 
     def _old(self, review: Review, name: str) -> InstanceTypeSpec | None:
