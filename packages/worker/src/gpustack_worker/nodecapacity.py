@@ -21,18 +21,16 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import trio
-
 from gpustack_core.capacity import is_companion, node_capacity
 from gpustack_core.decoding import ContractError, convert
 from gpustack_core.devices import DevicesSpec
 from gpustack_core.modes import Manufacturer
 from gpustack_core.resources import ResourceNames
 from gpustack_kube.backoff import Backoff
-from gpustack_kube.client import KubeClient, KubeError, NotFound, PatchType
+from gpustack_kube.client import KubeClient, NotFound, PatchType
 from gpustack_kube.informer import Informer
-from gpustack_kube.paths import DEVICES, NODES
-from gpustack_worker.held import node_informer
+from gpustack_kube.paths import NODES
+from gpustack_worker.nodedevicesloop import follow_nodes_and_devices
 
 log = logging.getLogger("gpustack.worker.nodecapacity")
 
@@ -89,34 +87,19 @@ async def run_node_capacity(
     caller runs and shares; without one this runs its own.
     """
     bases = dict(bases or {})
-    owned = nodes is None
-    if nodes is None:
-        nodes = node_informer(client)
-    devices: Informer[dict[str, Any]] = Informer(client, DEVICES.path())
-    async with trio.open_nursery() as nursery:
-        if owned:
-            nursery.start_soon(nodes.run)
-        nursery.start_soon(devices.run)
-        failures = 0
-        while True:
-            if nodes.synced and devices.synced:
-                try:
-                    await _sync(client, nodes, devices, bases)
-                    failures = 0
-                except KubeError as exc:
-                    failures += 1
-                    log.warning("patching the nodes' accelerator capacity failed (%s)", exc)
-                    await trio.sleep(backoff.delay(failures))
-                    continue
-            with trio.move_on_after(period):
-                async with trio.open_nursery() as waiting:
 
-                    async def changed(informer: Informer[dict[str, Any]]) -> None:
-                        await informer.wait_changed()
-                        waiting.cancel_scope.cancel()
+    async def step(nodes: Informer[dict[str, Any]], devices: Informer[dict[str, Any]]) -> None:
+        await _sync(client, nodes, devices, bases)
 
-                    waiting.start_soon(changed, nodes)
-                    waiting.start_soon(changed, devices)
+    await follow_nodes_and_devices(
+        client,
+        step,
+        failed="patching the nodes' accelerator capacity",
+        log=log,
+        period=period,
+        backoff=backoff,
+        nodes=nodes,
+    )
 
 
 async def _sync(

@@ -19,16 +19,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import trio
-
 from gpustack_core.decoding import ContractError
 from gpustack_core.fit import fit_labels, is_fit_label
 from gpustack_kube.backoff import Backoff
-from gpustack_kube.client import KubeClient, KubeError, NotFound, PatchType
+from gpustack_kube.client import KubeClient, NotFound, PatchType
 from gpustack_kube.informer import Informer
-from gpustack_kube.paths import DEVICES, NODES
-from gpustack_worker.held import node_informer
+from gpustack_kube.paths import NODES
 from gpustack_worker.instancetypes.observed import node_devices
+from gpustack_worker.nodedevicesloop import follow_nodes_and_devices
 
 log = logging.getLogger("gpustack.worker.fitlabels")
 
@@ -56,34 +54,19 @@ async def run_fit_labels(
 
     ``nodes``: a Node informer the caller runs and shares; without one this runs its own.
     """
-    owned = nodes is None
-    if nodes is None:
-        nodes = node_informer(client)
-    devices: Informer[dict[str, Any]] = Informer(client, DEVICES.path())
-    async with trio.open_nursery() as nursery:
-        if owned:
-            nursery.start_soon(nodes.run)
-        nursery.start_soon(devices.run)
-        failures = 0
-        while True:
-            if nodes.synced and devices.synced:
-                try:
-                    await sync(client, nodes.objects(), devices.objects())
-                    failures = 0
-                except KubeError as exc:
-                    failures += 1
-                    log.warning("writing the nodes' fit labels failed (%s)", exc)
-                    await trio.sleep(backoff.delay(failures))
-                    continue
-            with trio.move_on_after(period):
-                async with trio.open_nursery() as waiting:
 
-                    async def changed(informer: Informer[dict[str, Any]]) -> None:
-                        await informer.wait_changed()
-                        waiting.cancel_scope.cancel()
+    async def step(nodes: Informer[dict[str, Any]], devices: Informer[dict[str, Any]]) -> None:
+        await sync(client, nodes.objects(), devices.objects())
 
-                    waiting.start_soon(changed, nodes)
-                    waiting.start_soon(changed, devices)
+    await follow_nodes_and_devices(
+        client,
+        step,
+        failed="writing the nodes' fit labels",
+        log=log,
+        period=period,
+        backoff=backoff,
+        nodes=nodes,
+    )
 
 
 async def sync(
