@@ -38,6 +38,7 @@ from gpustack_kube.config import load_config
 from gpustack_kube.paths import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
+    DEVICES,
     INSTANCE_TYPES,
     NAMESPACES,
     NODE_FEATURES,
@@ -507,3 +508,33 @@ async def test_a_key_that_can_name_nothing_leaves_out_its_own_pool_only(
         assert len(said) == 1, said
         assert "gpustack--amd-epyc-7r13--hygon-k100_ai-linux-amd64-2d" in said[0]
         assert "node-cpu" in said[0]
+
+
+async def test_a_pool_seen_before_its_cards_devices_waits_for_them(tmp_path: Path) -> None:
+    """A node's accelerator labels can arrive before its Devices (NFD and the Devices are two
+    writes). A derived type's spec is immutable once created, so authoring it then froze
+    ``feature`` at no fractions (logicalSliced.maxSize 0, found by a clean-clone CI run of the
+    walkthrough). The type waits for the cards' Devices and is authored from them."""
+    key = "acceleratable.feature.gpustack.ai/nvidia-l4"
+
+    async def label(admin: KubeClient) -> None:
+        labels = {key: "true", f"{key}.count": "1", f"{key}.product": "NVIDIA-L4"}
+        await admin.patch(NODES.path(name="node-cpu"), {"metadata": {"labels": labels}})
+
+    async with open_chain(tmp_path, kueue=True, before=label) as chain:
+        a10g = "gpustack--nvidia-a10g-linux-amd64"
+        await eventually(lambda: chain.get("InstanceType", a10g), "the A10G's type")
+        assert not [n for n in chain.names("InstanceType") if "nvidia-l4" in n]
+        published = chain.get("Devices", "node-a10g")
+        assert published is not None
+        group = dict(published["spec"]["groups"][0], id="l4")
+        slices = group["accelerators"][0]["status"]["logicalSliced"]["count"]
+        assert slices > 0
+        body = {"apiVersion": published["apiVersion"], "kind": "Devices",
+                "metadata": {"name": "node-cpu"}, "spec": {"groups": [group]}}  # fmt: skip
+        await chain.admin.create(DEVICES.path(), body)
+        l4 = "gpustack--nvidia-l4-linux-amd64"
+        stored = await eventually(lambda: chain.get("InstanceType", l4), "the L4's type")
+        logical = stored["spec"]["feature"]["logicalSliced"]
+        assert logical["maxSize"] == slices
+        assert logical["memoryPercentageStep"] == 1  # the reference's step for a sliceable card

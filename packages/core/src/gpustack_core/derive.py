@@ -179,6 +179,16 @@ def cluster_queue(
     }
 
 
+def cards_published(groups: Iterable[GroupSpec], key: str) -> bool:
+    """Whether any Devices group of accelerator ``key`` is known yet.
+
+    A derived type's ``feature`` comes from its cards' Devices and its spec is immutable once
+    created, so an acceleratable pool seen through its nodes' labels before their Devices
+    arrive waits rather than being authored with no fractions it could ever correct.
+    """
+    return any(accelerator_key(group) == key for group in groups)
+
+
 def feature_of(groups: Iterable[GroupSpec], key: str) -> Feature:
     """What fractions the pool's cards of accelerator ``key`` offer, from their Devices spec.
 

@@ -515,6 +515,11 @@ class InstanceTypeController:
                 continue  # create-only: an existing type is never rewritten
             groups = [g for n in derive.member_nodes(members) if n in devices
                       for g in devices[n].groups]  # fmt: skip
+            if pool.accelerator_group and not derive.cards_published(
+                groups, pool.accelerator_group
+            ):
+                log.debug("InstanceType %s waits for its cards' Devices", pool.name)
+                continue  # authored once they arrive: the Devices informer wakes this pass
             itype = derive.derived_instance_type(
                 pool, members, derive.feature_of(groups, pool.accelerator_group)
             )
