@@ -353,7 +353,7 @@ async def test_only_the_leader_reconciles_and_a_follower_takes_over(tmp_path: Pa
             assert len(leaders) == 1
             (leader,) = leaders
             (follower,) = set(replicas) - {leader}
-            assert replicas[follower].writes == []  # a follower never writes
+            assert not replicas[follower].writes  # a follower never writes
             scopes[leader].cancel()  # the leader dies without handing over
             await client.create(INSTANCES, workspace("after"))
             await harness.phase("after", "Ready")  # reconciled: the follower took the lease

@@ -4,19 +4,32 @@ client-go's ``processNextWorkItem``, once: a key is reconciled by one task at a 
 error or an object that does not decode puts it back rate-limited (the reconcile is
 level-triggered and idempotent, so retrying is always right); success forgets its failures and,
 when the reconcile asks for a recheck in some seconds, adds it back after them. ``busy`` counts
-the reconciles in flight so :meth:`KeyWorkers.drain` can end a shutdown with no write half-made.
+the reconciles in flight so :meth:`KeyWorkers.drain` can end a shutdown with no write half-made;
+the last one out wakes the drain (an event, not a poll: a shutdown waits no tick longer than its
+last write, and an idle worker spends no wake-ups on it).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 import trio
 
 from gpustack_core.decoding import ContractError
 from gpustack_kube.client import KubeError
 from gpustack_kube.workqueue import ShutDown, WorkQueue
+
+WRITES_KEPT: Final = 1024
+"""How many of a controller's latest writes :func:`write_log` keeps. The log is read by tests and
+by someone debugging a live worker; kept whole it would grow for the life of the process."""
+
+
+def write_log() -> deque[tuple[str, str]]:
+    """A controller's ``(verb, what)`` record of its writes: the latest :data:`WRITES_KEPT`."""
+    return deque(maxlen=WRITES_KEPT)
 
 
 class KeyWorkers:
@@ -42,6 +55,8 @@ class KeyWorkers:
         self.again_at_once = again_at_once
         self.after = after
         self.busy = 0
+        self._idle = trio.Event()
+        self._idle.set()
 
     async def run(self, workers: int) -> None:
         """``workers`` tasks, until the queue is shut down."""
@@ -57,8 +72,8 @@ class KeyWorkers:
         """
         self.queue.shut_down()
         with trio.move_on_after(timeout):
-            while self.busy:
-                await trio.sleep(0.01)
+            while self.busy:  # a key taken since the last one finished: wait for it too
+                await self._idle.wait()
 
     async def _worker(self) -> None:
         while True:
@@ -66,6 +81,8 @@ class KeyWorkers:
                 key = await self.queue.get()
             except ShutDown:
                 return
+            if not self.busy:
+                self._idle = trio.Event()
             self.busy += 1
             try:
                 try:
@@ -85,3 +102,5 @@ class KeyWorkers:
                     await self.after()
             finally:
                 self.busy -= 1
+                if not self.busy:
+                    self._idle.set()

@@ -76,7 +76,7 @@ from gpustack_worker.instances.render import (
 )
 from gpustack_worker.instances.status import derive_status
 from gpustack_worker.instancetypes.observed import node_devices
-from gpustack_worker.keyworkers import KeyWorkers
+from gpustack_worker.keyworkers import KeyWorkers, write_log
 from gpustack_worker.settings import OperatorSettings
 
 log = logging.getLogger("gpustack.worker.instances")
@@ -257,9 +257,11 @@ class InstanceController:
         )
         self.reconciles = 0
         self.workers = KeyWorkers(self.queue, self.reconcile, log, after=self.flush_events)
-        self.writes: list[tuple[str, str]] = []
-        """(verb, what) of every write made; for tests and the debug state."""
+        self.writes = write_log()
+        """(verb, what) of the latest writes made; for tests and the debug state."""
         self._told: dict[str, str] = {}
+        """What was last said of an Instance (``ns/name/uid`` → Event) or a namespace's policy
+        (``policy:ns``), so a repeated reconcile says it once; an entry goes with its object."""
         self._repeats: dict[str, Told] = {}
         self._pending_events: list[Told] = []
         self._wire()
@@ -382,6 +384,7 @@ class InstanceController:
         namespace, name = key.split("/", 1)
         instance = self.instances.get(namespace, name)
         if instance is None:
+            self._forget(f"{namespace}/{name}/")
             return None  # deleted: its Pod and Service go with it (owner references)
         return await self._reconcile_instance(instance)
 
@@ -746,6 +749,8 @@ class InstanceController:
         existing = self.policies.get(namespace, ISOLATION_POLICY)
         ours = existing is not None and _labels(existing).get(MANAGED_BY_LABEL) == MANAGED_BY
         path = NETWORK_POLICIES.path(namespace, ISOLATION_POLICY)
+        if existing is None or ours:
+            self._told.pop(f"policy:{namespace}", None)  # no hand-written one left to warn of
         if not cidrs:
             if ours:
                 await self.client.delete(path)
@@ -777,6 +782,11 @@ class InstanceController:
             self.writes.append(("update", f"networkpolicy {namespace}"))
 
     # -- events ---------------------------------------------------------------------------
+
+    def _forget(self, prefix: str) -> None:
+        """Drop what was said of a deleted Instance (every UID its name had)."""
+        for key in [k for k in self._told if k.startswith(prefix)]:
+            del self._told[key]
 
     def _event(
         self, instance: Instance, kind: str, reason: str, message: str, *, repeat: bool = False

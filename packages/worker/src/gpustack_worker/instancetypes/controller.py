@@ -104,7 +104,7 @@ from gpustack_worker.instancetypes.observed import (
     terminating,
 )
 from gpustack_worker.instancetypes.status import type_status
-from gpustack_worker.keyworkers import KeyWorkers
+from gpustack_worker.keyworkers import KeyWorkers, write_log
 from gpustack_worker.settings import OperatorSettings
 
 log = logging.getLogger("gpustack.worker.instancetypes")
@@ -234,8 +234,8 @@ class InstanceTypeController:
         """The ``gpustack-node-devices`` AdmissionCheck's state, as last read."""
         self.reconciles = 0
         self.workers = KeyWorkers(self.queue, self.reconcile, log)
-        self.writes: list[tuple[str, str]] = []
-        """(verb, what) of every write made; for tests and the debug state."""
+        self.writes = write_log()
+        """(verb, what) of the latest writes made; for tests and the debug state."""
         self._profiles: dict[str, object] = {}
         self._present: set[str] = set()
         self._said: set[str] = set()
