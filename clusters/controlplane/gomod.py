@@ -17,7 +17,9 @@ The three modules:
 - ``kueue/``: Kueue's manager, in a module of its own because it pins other Kubernetes versions;
 - ``nfd/``: Node Feature Discovery's ``nfd-master`` (what turns NodeFeature objects into node
   labels), whose own ``go.mod`` replaces the staging modules at v0.34 and its API module with a
-  local folder: the versioned replaces are copied and the local one pinned to the tag's version.
+  local folder: the versioned replaces are copied and the local one pinned to the tag's version;
+- ``promlabelproxy/``: prom-label-proxy, the query-time isolation in front of a Prometheus
+  (docs/multi-tenant-metrics.md); a plain module, its own go.mod has no replaces.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ KUBERNETES = "v1.37.2"
 ETCD = "v3.7.3"
 KUEUE = "v0.17.0"
 NFD = "v0.18.3"
+PROM_LABEL_PROXY = "v0.11.1"
 GO = "1.26.0"
 
 KUBE_TOOLS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
@@ -139,6 +142,12 @@ def wanted() -> dict[Path, str]:
             NFD,
             "sigs.k8s.io/node-feature-discovery/cmd/nfd-master",
             inherited_replaces(module_gomod("sigs.k8s.io/node-feature-discovery", NFD), NFD),
+        ),
+        HERE / "promlabelproxy" / "go.mod": simple_gomod(
+            "promlabelproxy",
+            "github.com/prometheus-community/prom-label-proxy",
+            PROM_LABEL_PROXY,
+            "github.com/prometheus-community/prom-label-proxy",
         ),
     }
 
