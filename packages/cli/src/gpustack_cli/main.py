@@ -15,6 +15,7 @@ import typer
 
 if TYPE_CHECKING:
     from gpustack_kube.kubelet import KubeletAccess
+    from gpustack_serving.access import AccessSettings
 
 from gpustack_cli.errors import USAGE, OneLineErrors, fail, report, user_errors
 from gpustack_core import contract
@@ -364,6 +365,20 @@ def _first(error: BaseException, kind: type[E]) -> E | None:
     return None
 
 
+def _access(paths: list[str], ttl: float) -> AccessSettings | None:
+    """``--authorize-path``/``--authorization-cache-ttl`` as the guard's settings (none: off)."""
+    from gpustack_serving.access import AccessSettings
+
+    if not paths:
+        return None
+    try:
+        return AccessSettings(
+            paths=frozenset(paths), allowed_ttl=ttl, denied_ttl=ttl, token_ttl=ttl
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(f"--authorize-path: {exc}") from exc
+
+
 @device_manager.command("serve")
 def dm_serve(
     manufacturer: Annotated[
@@ -473,6 +488,20 @@ def dm_serve(
     partitioned: Annotated[
         bool, typer.Option(help="Serve the <base>.partitioned resource.")
     ] = True,
+    authorize_path: Annotated[
+        list[str] | None,
+        typer.Option(
+            help=(
+                "A path (repeatable, e.g. /metrics) answered only to a caller whose bearer token"
+                " the API server authenticates (TokenReview) and whose RBAC allows `get` on it"
+                " (SubjectAccessReview, nonResourceURLs); others get 401 or 403, and 503 while"
+                " the API server cannot say. Default: every path open."
+            )
+        ),
+    ] = None,
+    authorization_cache_ttl: Annotated[
+        str, typer.Option(help="How long a token's or a decision's review is reused (10s).")
+    ] = "10s",
     log_level: LogLevel = "info",
     log_json: Annotated[bool, typer.Option(help="Log JSON lines.")] = False,
 ) -> None:
@@ -505,6 +534,7 @@ def dm_serve(
     _resource_bases()
     logs.configure(log_level, json_logs=log_json)
     period = parse_duration(monitor_period)
+    access = _access(authorize_path or [], parse_duration(authorization_cache_ttl))
     with refusing_bad_recordings("device-manager serve", json_logs=log_json):
         vendor, backend, root = open_for(manufacturer, simulate, proc_root)
     # The daemon after the refusals: a bad recording or an absent library is reported first.
@@ -533,6 +563,7 @@ def dm_serve(
         confirm_grants=confirm_grants,
         plugin_modes=frozenset(AllocationMode) - dropped,
         force_device_plugin=force_device_plugin,
+        access=access,
     )
     from gpustack_kube.config import KubeConfigError
 

@@ -38,10 +38,11 @@ from gpustack_devicemanager.publish import Publisher, detected_groups, run_publi
 from gpustack_devicemanager.server import build_app
 from gpustack_devicemanager.tls import ReloadableConfig
 from gpustack_kube.client import KubeClient
-from gpustack_kube.config import KubeConfig, load_config
+from gpustack_kube.config import KubeConfig, KubeConfigError, load_config
 from gpustack_kube.informer import Informer
 from gpustack_kube.kubelet import KubeletAccess
 from gpustack_kube.paths import PODS
+from gpustack_serving.access import AccessReviewer, AccessSettings
 from gpustack_serving.certs import CertReloader, serving_hosts, serving_pair
 from gpustack_serving.config import hypercorn_config, terminate_tls
 from gpustack_serving.connections import (
@@ -103,6 +104,10 @@ class ServeOptions:
     force_device_plugin: bool = False
     """Register even where another device plugin holds one of our names (``coexist.py``)."""
     """The modes to serve (``--no-shared``, ``--no-sliced``, ``--no-partitioned`` remove one)."""
+
+    access: AccessSettings | None = None
+    """The paths (``/metrics``) only a caller the API server authenticates and authorizes may
+    read (``--authorize-path``; :mod:`gpustack_serving.access`); ``None``: open, as before."""
 
     confirm_grants: bool | None = None
     """Believe a Pod's allocation annotation only where the kubelet's PodResources record
@@ -178,6 +183,18 @@ def _watch_cluster(
     return client, informer, incarnations
 
 
+def _reviewer(options: ServeOptions, client: KubeClient | None) -> AccessReviewer | None:
+    """The guard's reviewer; guarding without an API server to ask would lock everyone out."""
+    if options.access is None:
+        return None
+    if client is None:
+        raise KubeConfigError(
+            "--authorize-path needs a Kubernetes configuration: callers are authenticated and "
+            "authorized by the API server (TokenReview, SubjectAccessReview)"
+        )
+    return AccessReviewer(client.post, options.access, trio.current_time)
+
+
 def _current_uids(instances: InstanceIncarnations | None) -> InstanceUids:
     """The exporter's view of its Pods' Instances' current UIDs (``None``: no API access)."""
 
@@ -240,6 +257,7 @@ async def serve(
     with sock:  # closed however serving ends
         async with trio.open_nursery() as nursery:
             client, informer, instances = _watch_cluster(nursery, options, kube)
+            reviewer = _reviewer(options, client)
             instance_uids = _current_uids(instances)
 
             def node_pods() -> list[NodePod] | None:
@@ -258,6 +276,7 @@ async def serve(
                     "certificateReloads": reloader.reloads,
                     "connectionFailures": failures.count,
                     "lastConnectionFailure": failures.last,
+                    "access": None if reviewer is None else vars(reviewer.statistics),
                 }
 
             plugins = await _start_node_tasks(
@@ -301,7 +320,9 @@ async def serve(
                     period=options.monitor_period,
                 )
             )
-            app = build_app(holder, liveness, trio.current_time, debug_state, exposition)
+            app = build_app(
+                holder, liveness, trio.current_time, debug_state, exposition, access=reviewer
+            )
             urls = await nursery.start(
                 lambda task_status: serve_connections(
                     app,

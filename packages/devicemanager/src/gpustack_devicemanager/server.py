@@ -3,7 +3,9 @@
 ``/debug/*`` answers only a peer whose *socket* address is loopback: the default bind address is
 ``0.0.0.0``, so any peer reaching 32443 could otherwise read the daemon's state and change its
 log level by sending ``Host: localhost``. Requests whose ``Host`` the framework cannot parse are
-answered 400 by :class:`gpustack_kube.guard.RequestGuard` before routing.
+answered 400 by :class:`gpustack_kube.guard.RequestGuard` before routing. With
+``--authorize-path`` (the chart's default for ``/metrics``), a guarded path needs a Kubernetes
+identity RBAC allows (:mod:`gpustack_serving.access`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from gpustack_devicemanager.exposition import ExpositionHolder
 from gpustack_devicemanager.health import Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_kube.guard import RequestGuard, peer_is_loopback, plain_rejection
+from gpustack_serving.access import AccessGuard, AccessReviewer
 
 JSON = "application/json"
 NOT_FOUND = "404 page not found\n"
@@ -43,10 +46,18 @@ def build_app(
     now: Callable[[], float],
     debug_state: Callable[[], dict[str, Any]],
     exposition: ExpositionHolder | None = None,
+    *,
+    access: AccessReviewer | None = None,
 ) -> QuartTrio:
-    """Routes read memory only: the snapshot bytes were serialized by the monitor tick."""
+    """Routes read memory only: the snapshot bytes were serialized by the monitor tick.
+
+    With ``access``, its guarded paths answer only callers the API server authenticates and
+    authorizes (:class:`gpustack_serving.access.AccessGuard`), checked after the request
+    itself parsed and before any route runs.
+    """
     app = QuartTrio("gpustack-device-manager")
-    app.asgi_app = RequestGuard(app.asgi_app, plain_rejection)  # type: ignore[method-assign]
+    inner = app.asgi_app if access is None else AccessGuard(app.asgi_app, access)
+    app.asgi_app = RequestGuard(inner, plain_rejection)  # type: ignore[method-assign]
 
     @app.route("/monitor/snapshot", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"])
     async def snapshot() -> Response:

@@ -19,9 +19,8 @@ at the current time, and an extended key usage anywhere in the chain must allow 
 from __future__ import annotations
 
 import json
-import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
@@ -29,6 +28,12 @@ from urllib.parse import unquote
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from OpenSSL import crypto
+
+from gpustack_kube import reviews
+
+UserInfo = reviews.UserInfo
+"""Who made a request (:class:`gpustack_kube.reviews.UserInfo`, shared with the Device Manager's
+guard); named here, where the worker's code has always read it."""
 
 CONFIGMAP_NAMESPACE = "kube-system"
 CONFIGMAP_NAME = "extension-apiserver-authentication"
@@ -83,28 +88,6 @@ class AuthenticationSettings:
 
     requestheader: RequestHeaderSettings | None
     client_ca: bytes | None
-
-
-@dataclass(frozen=True)
-class UserInfo:
-    """Who made a request, as Kubernetes' ``user.Info`` has it.
-
-    ``extra`` is frozen on construction (a read-only mapping of tuples) so that a UserInfo can
-    key the authorization cache; the hash is written out because a mapping has none.
-    """
-
-    name: str
-    uid: str = ""
-    groups: tuple[str, ...] = ()
-    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        frozen = types.MappingProxyType({k: tuple(v) for k, v in self.extra.items()})
-        object.__setattr__(self, "extra", frozen)
-        object.__setattr__(self, "groups", tuple(self.groups))
-
-    def __hash__(self) -> int:
-        return hash((self.name, self.uid, self.groups, tuple(sorted(self.extra.items()))))
 
 
 TokenReviewer = Callable[[str], Awaitable[UserInfo | None]]

@@ -19,10 +19,32 @@ from typing import Any
 import trio
 
 from gpustack_kube.client import KubeError
-from gpustack_kube.paths import SUBJECT_ACCESS_REVIEWS
-from gpustack_worker.authn import UserInfo
+from gpustack_kube.reviews import (
+    SUBJECT_ACCESS_REVIEW_PATH,
+    Attributes,
+    AuthorizationError,
+    Decision,
+    UserInfo,
+    decision_from_review,
+    subject_access_review,
+    subject_access_review_spec,
+)
 
-REVIEW_PATH = SUBJECT_ACCESS_REVIEWS.path()
+__all__ = [
+    "REVIEW_PATH",
+    "Attributes",
+    "AuthorizationError",
+    "Authorizer",
+    "AuthorizerStatistics",
+    "Decision",
+    "decision_from_review",
+    "forbidden_message",
+    "subject_access_review_spec",
+]
+"""The review pieces live in :mod:`gpustack_kube.reviews` (the Device Manager's guard asks the
+same questions); they are named here too, where the worker's code and tests have read them."""
+
+REVIEW_PATH = SUBJECT_ACCESS_REVIEW_PATH
 DEFAULT_TTL = 10.0
 REVIEW_TIMEOUT = 10.0
 MAX_ENTRIES = 4096
@@ -30,63 +52,6 @@ MAX_ENTRIES = 4096
 
 Post = Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]]
 """``KubeClient.post``: POST a JSON object, return the decoded answer, raise ``KubeError``."""
-
-
-class AuthorizationError(Exception):
-    """The review itself failed (unreachable, refused, malformed): a 500, never cached."""
-
-
-@dataclass(frozen=True)
-class Attributes:
-    """What a request does, in the terms of a SubjectAccessReview.
-
-    A non-empty ``path`` makes it a non-resource request (``/openapi/v2``, ``/healthz``), for
-    which only ``verb`` goes with it.
-    """
-
-    verb: str
-    group: str = ""
-    resource: str = ""
-    subresource: str = ""
-    namespace: str = ""
-    name: str = ""
-    path: str = ""
-    version: str = ""
-
-    def __post_init__(self) -> None:
-        if self.path and (self.resource or self.subresource or self.namespace or self.name):
-            raise ValueError(
-                f"attributes of {self.path!r} name a resource too; a request is one or the other"
-            )
-
-    @classmethod
-    def non_resource(cls, path: str, verb: str = "get") -> Attributes:
-        """A request for a path outside any API group (discovery, OpenAPI, health)."""
-        return cls(verb=verb, path=path)
-
-    def review(self) -> dict[str, Any]:
-        """The ``resourceAttributes`` or ``nonResourceAttributes`` part of a review's spec."""
-        if self.path:
-            return {"nonResourceAttributes": {"path": self.path, "verb": self.verb}}
-        fields = {
-            "verb": self.verb,
-            "group": self.group,
-            "version": self.version,
-            "resource": self.resource,
-            "subresource": self.subresource,
-            "namespace": self.namespace,
-            "name": self.name,
-        }
-        return {"resourceAttributes": {k: v for k, v in fields.items() if v}}
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The review's verdict; ``reason`` (and any evaluation error) as the authorizer wrote it."""
-
-    allowed: bool
-    reason: str
-    evaluation_error: str = ""
 
 
 @dataclass(frozen=True)
@@ -181,11 +146,7 @@ class Authorizer:
                 del self._cached[next(iter(self._cached))]
 
     async def _review(self, user: UserInfo, attributes: Attributes) -> Decision:
-        body = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": subject_access_review_spec(user, attributes),
-        }
+        body = subject_access_review(user, attributes)
         try:
             with trio.fail_after(self._timeout):
                 answer = await self._post(REVIEW_PATH, body)
@@ -200,51 +161,6 @@ class Authorizer:
     def statistics(self) -> AuthorizerStatistics:
         """Counters for tests and ``/debug``."""
         return AuthorizerStatistics(self._reviews, self._hits, self._shared)
-
-
-def subject_access_review_spec(user: UserInfo, attributes: Attributes) -> dict[str, Any]:
-    """The review's ``spec``: who, and what; empty fields left out as the API omits them."""
-    spec: dict[str, Any] = {"user": user.name, "groups": list(user.groups)}
-    if user.uid:
-        spec["uid"] = user.uid
-    if user.extra:
-        spec["extra"] = {k: list(v) for k, v in user.extra.items()}
-    spec.update(attributes.review())
-    return spec
-
-
-def decision_from_review(answer: Mapping[str, Any]) -> Decision:
-    """Read ``status``; anything but a boolean ``allowed`` is a failed review, not a denial."""
-    status = answer.get("status")
-    if not isinstance(status, Mapping):
-        raise AuthorizationError("SubjectAccessReview answer has no status object")
-    allowed = status.get("allowed")
-    if not isinstance(allowed, bool):
-        raise AuthorizationError(
-            f"SubjectAccessReview status.allowed is {_describe(allowed)}, not a boolean"
-        )
-    denied = status.get("denied", False)
-    if not isinstance(denied, bool):
-        raise AuthorizationError(
-            f"SubjectAccessReview status.denied is {_describe(denied)}, not a boolean"
-        )
-    if allowed and denied:
-        raise AuthorizationError("SubjectAccessReview status is both allowed and denied")
-    texts: dict[str, str] = {}
-    for name in ("reason", "evaluationError"):
-        value = status.get(name, "")
-        if value is None:
-            value = ""
-        if not isinstance(value, str):
-            raise AuthorizationError(
-                f"SubjectAccessReview status.{name} is {_describe(value)}, not a string"
-            )
-        texts[name] = value
-    return Decision(allowed, texts["reason"], texts["evaluationError"])
-
-
-def _describe(value: object) -> str:
-    return "missing" if value is None else f"{type(value).__name__} {json.dumps(value)[:80]}"
 
 
 def forbidden_message(user: UserInfo, a: Attributes, reason: str = "") -> str:

@@ -31,7 +31,13 @@ from gpustack_kube.certs import CA_FILE
 from gpustack_kube.client import KubeClient, KubeError
 from gpustack_kube.config import KubeConfig, KubeConfigError, load_config
 from gpustack_kube.kubelet import KubeletAccess, SummaryReader
-from gpustack_kube.paths import CONFIGMAPS, TOKEN_REVIEWS
+from gpustack_kube.paths import CONFIGMAPS
+from gpustack_kube.reviews import (
+    TOKEN_REVIEW_PATH,
+    TokenReviewError,
+    token_review,
+    user_from_token_review,
+)
 from gpustack_serving.certs import CertReloader, serving_hosts, serving_pair
 from gpustack_serving.config import hypercorn_config
 from gpustack_serving.connections import bind
@@ -229,26 +235,12 @@ def token_reviewer(client: KubeClient) -> TokenReviewer:
         hit = cache.get(token)
         if hit is not None and now - hit[0] < TOKEN_CACHE_SECONDS:
             return hit[1]
-        answer = await client.post(
-            TOKEN_REVIEWS.path(),
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenReview",
-                "spec": {"token": token},
-            },
-        )
-        status = answer.get("status") or {}
-        user: UserInfo | None = None
-        if status.get("authenticated") is True:
-            info = status.get("user") or {}
-            user = UserInfo(
-                name=str(info.get("username", "")),
-                uid=str(info.get("uid", "")),
-                groups=tuple(str(g) for g in info.get("groups") or ()),
-                extra={
-                    str(k): tuple(str(x) for x in v) for k, v in (info.get("extra") or {}).items()
-                },
-            )
+        answer = await client.post(TOKEN_REVIEW_PATH, token_review(token))
+        try:
+            user = user_from_token_review(answer)
+        except TokenReviewError as exc:  # authenticated as nobody: not an identity
+            log.warning("token review answer unusable: %s", exc)
+            user = None
         if len(cache) > 4096:
             cache.clear()
         cache[token] = (now, user)
