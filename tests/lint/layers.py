@@ -15,6 +15,9 @@
   reach a file or the terminal (:data:`IO_BUILTINS`).
 - Every ``gpustack_*`` package in the workspace has a contract here, and every ``gpustack_*``
   import names one of them: a new package cannot sidestep the check by being unlisted.
+- The simulator restates no contract: no string or integer literal in ``gpustack_simulator``
+  equals a value of ``gpustack_core.contract`` (:func:`contract_values`), so a stand-in cannot
+  keep answering with a name the daemons no longer use. It imports the constant instead.
 
 Every ``import``/``from`` statement is read with :mod:`ast` (function-local imports included),
 so a lazy import cannot slip past. Exit 1 with one line per violation.
@@ -23,6 +26,7 @@ so a lazy import cannot slip past. Exit 1 with one line per violation.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +99,55 @@ IO_BUILTINS: Final = frozenset({"open", "input", "print", "breakpoint"})
 """Builtins core may not call: each reads or writes a file or the terminal."""
 
 
+CONTRACT: Final = ROOT / "packages" / "core" / "src" / "gpustack_core" / "contract.py"
+GENERIC: Final = frozenset({"v1", "v1alpha1", "gpustack.ai", "device-manager", "disabled"})
+"""Contract values that are also plain words of Kubernetes or of the simulator itself (the core
+API's ``v1``, NFD's ``v1alpha1``, a container named ``device-manager``): a literal equal to one
+is not taken for a restated contract. Composed, they are (:func:`contract_values`)."""
+RESTATING: Final = ("gpustack_simulator",)
+"""Packages that may not write a contract value out (:func:`restated`)."""
+
+
+def contract_values() -> dict[str | int, str]:
+    """Each distinctive value of ``gpustack_core.contract`` → the constant that holds it.
+
+    The module imports nothing (its docstring says so), so it is loaded from its file; the API
+    versions it spells in two parts (``worker.gpustack.ai/v1alpha1``) are added whole.
+    """
+    spec = importlib.util.spec_from_file_location("_contract", CONTRACT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found: dict[str | int, str] = {}
+    for name, value in vars(module).items():
+        if name.isupper() and type(value) in (str, int) and value not in GENERIC:
+            found.setdefault(value, name)
+    for group, version in (("API_GROUP", "CRD_VERSION"), ("API_GROUP", "API_VERSION"),
+                           ("SETTINGS_API_GROUP", "SETTINGS_API_VERSION")):  # fmt: skip
+        whole = f"{getattr(module, group)}/{getattr(module, version)}"
+        found.setdefault(whole, f"{group}/{version}")
+    return found
+
+
+def restated(path: Path, values: dict[str | int, str]) -> Iterator[tuple[int, str]]:
+    """``(line, constant)`` for every literal (docstrings aside) equal to a contract value."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    prose = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or id(node) in prose:
+            continue
+        value = node.value
+        if (
+            isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+        ) and (value in values):
+            yield node.lineno, values[value]
+
+
 def sources(package: str) -> Iterator[Path]:
     """Every module of ``package`` in the workspace."""
     for base in (ROOT / "packages", ROOT / "simulator"):
@@ -148,6 +201,7 @@ def unlisted() -> list[str]:
 def violations() -> list[str]:
     """One line per import (or core I/O call) that breaks a contract."""
     found: list[str] = unlisted()
+    values = contract_values()
     for package, allowed in ALLOWED.items():
         for path in sources(package):
             where = path.relative_to(ROOT)
@@ -162,6 +216,12 @@ def violations() -> list[str]:
             if package == "gpustack_core":
                 for line, name in builtin_calls(path):
                     found.append(f"{where}:{line}: gpustack_core does no I/O; {name}() is I/O")
+            if package in RESTATING:
+                for line, name in restated(path, values):
+                    found.append(
+                        f"{where}:{line}: {package} restates gpustack_core.contract.{name}; "
+                        "import it"
+                    )
     return found
 
 

@@ -104,3 +104,42 @@ def test_the_checker_exits_1_on_a_violation(
     assert layers.main() == 1
     err = capsys.readouterr().err
     assert "gpustack_core may not import gpustack_simulator" in err
+
+
+@pytest.mark.parametrize(
+    ("line", "constant"),
+    [
+        ('NS = "gpustack-system"', "SYSTEM_NAMESPACE"),
+        ("PORT = 32443", "DEVICE_MANAGER_PORT"),
+        ('KEY = "gpustack.ai/manufacturer"', "MANUFACTURER_LABEL"),
+        ('LABELS = {"app.kubernetes.io/component": "x"}', "COMPONENT_LABEL"),
+        ('VERSION = "worker.gpustack.ai/v1alpha1"', "API_GROUP/CRD_VERSION"),
+        ('ANNOTATION = "device.gpustack.ai/accelerator.allocated"', "ALLOCATION_ANNOTATION"),
+    ],
+)
+def test_a_contract_restated_in_the_simulator_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, constant: str
+) -> None:
+    layers = _load()
+    monkeypatch.setattr(layers, "ROOT", tmp_path)
+    _plant(
+        tmp_path, "gpustack_simulator", "bad.py", f'"""Prose may name gpustack-system."""\n{line}'
+    )
+    [problem] = layers.violations()
+    assert problem == (
+        "packages/x/src/gpustack_simulator/bad.py:2: gpustack_simulator restates "
+        f"gpustack_core.contract.{constant}; import it"
+    )
+
+
+def test_words_the_contract_shares_with_kubernetes_are_not_restatements(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layers = _load()
+    monkeypatch.setattr(layers, "ROOT", tmp_path)
+    # The core API's v1, NFD's v1alpha1, a container named device-manager, a docstring.
+    plain = 'A = ("v1", "v1alpha1", "device-manager")\nB = True\nC = 1'
+    _plant(tmp_path, "gpustack_simulator", "fine.py", plain)
+    # Only the simulator is held to it (the contract module itself defines them).
+    _plant(tmp_path, "gpustack_core", "contract.py", 'NS = "gpustack-system"')
+    assert layers.violations() == []

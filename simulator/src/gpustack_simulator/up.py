@@ -305,7 +305,7 @@ def _wait_settled(process: _Started, endpoint: DeviceManagerEndpoint, deadline: 
     )
 
 
-WEBHOOK_EXCLUDED_NAMESPACES = ("gpustack-system", "kube-system")
+WEBHOOK_EXCLUDED_NAMESPACES = (contract.SYSTEM_NAMESPACE, "kube-system")
 LOG_LEVEL = "info"
 """The stack's default log level: the daemons' own (warning hid the Device Managers' reasons)."""
 
@@ -326,6 +326,7 @@ def webhook_configurations(worker_url: str, worker_ca: bytes) -> list[dict[str, 
         "sideEffects": "None",
         "failurePolicy": "Fail",
         "timeoutSeconds": 10,
+        "matchPolicy": "Equivalent",
     }
     pods: dict[str, Any] = {
         **common,

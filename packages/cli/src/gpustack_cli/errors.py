@@ -58,6 +58,11 @@ NVML_ERRORS: dict[int, str] = {
 _NVML_CODE = re.compile(r"NVML error (\d+)\b(?! \()")
 
 
+SIMULATOR_MISSING = (
+    "this command needs the simulator, which is not installed: install gpustack-cli[simulator]"
+)
+
+
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace (newlines included) collapsed to one space.
 
@@ -166,6 +171,13 @@ class OneLineErrors(TyperGroup):
                 raise
             report(prog_name or "gpustack-operator", exc.format_message())  # type: ignore[attr-defined]
             sys.exit(getattr(exc, "exit_code", RUNTIME))
+        except ModuleNotFoundError as exc:
+            # The simulator is an optional extra (a production install has no demo, replay or
+            # --simulate): a command that needs it says so, not with a traceback.
+            if not standalone_mode or not (exc.name or "").startswith("gpustack_simulator"):
+                raise
+            report(prog_name or "gpustack-operator", SIMULATOR_MISSING)
+            sys.exit(RUNTIME)
         except typer.Abort:
             if not standalone_mode:
                 raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpustack_core import contract
 from gpustack_simulator.cluster.resources import Registry
 
 VERSION = {
@@ -65,7 +66,7 @@ GROUPS: dict[str, dict[str, list[dict[str, Any]]]] = {
 }
 """The groups served by fixed routes; every object group comes from the registry."""
 
-AGGREGATED_GROUPS = ("worker.gpustack.ai", "gpustack.ai")
+AGGREGATED_GROUPS = (contract.API_GROUP, contract.SETTINGS_API_GROUP)
 """The groups the worker serves at ``v1`` behind the aggregator (the chart's APIServices)."""
 
 

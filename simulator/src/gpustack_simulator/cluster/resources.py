@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpustack_core import contract
 from gpustack_simulator.cluster.services import ENDPOINTS, SERVICE
 
 READ = ("get", "list", "watch")
@@ -105,8 +106,8 @@ BUILTIN: tuple[Resource, ...] = (
         strategic=False,
     ),
     Resource(
-        "worker.gpustack.ai",
-        "v1alpha1",
+        contract.API_GROUP,
+        contract.CRD_VERSION,
         "instances",
         INSTANCE,
         True,

@@ -14,13 +14,14 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpustack_core import contract
 from gpustack_simulator.scenario import COMPONENT_LABEL, DEVICE_MANAGER_PORT, SYSTEM_NAMESPACE
 
 SERVICE, ENDPOINTS = "Service", "Endpoints"
 DEVICE_MANAGER_SERVICE = "gpustack-operator-device-manager"
 """The chart's name for it (``clusters/device-manager-service.yaml``)."""
 PORT_NAME = "https"
-SELECTOR = {COMPONENT_LABEL: "device-manager"}
+SELECTOR = {COMPONENT_LABEL: contract.DEVICE_MANAGER_COMPONENT}
 CLUSTER_IP = "10.96.32.43"
 _UUIDS = uuid.UUID("5d0e1c7a-3b1f-4e4c-9a51-6c1b2d7e0f43")
 
@@ -41,7 +42,10 @@ def device_manager_service(epoch: datetime, pods: Iterable[Mapping[str, Any]]) -
     has to follow it, or Prometheus' relabelling would address a port nothing serves.
     """
     port = scrape_port(selected(SYSTEM_NAMESPACE, SELECTOR, pods))
-    labels = {"app.kubernetes.io/name": "gpustack-operator", COMPONENT_LABEL: "device-manager"}
+    labels = {
+        "app.kubernetes.io/name": "gpustack-operator",
+        COMPONENT_LABEL: contract.DEVICE_MANAGER_COMPONENT,
+    }
     return {
         "apiVersion": "v1",
         "kind": SERVICE,

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from gpustack_simulator import packagedata
 from gpustack_simulator.cluster import services
 from gpustack_simulator.cluster.paging import ListChunks
 from gpustack_simulator.cluster.pki import ClusterPKI
@@ -18,24 +19,20 @@ from gpustack_simulator.cluster.resources import CONFIGMAP, INSTANCE, NODE, POD,
 from gpustack_simulator.cluster.selectors import Narrowing
 from gpustack_simulator.cluster.services import ENDPOINTS, SERVICE
 from gpustack_simulator.cluster.store import Store
-from gpustack_simulator.scenario import RECORDINGS_DIR, Expanded, Fault, UserSpec
 from gpustack_simulator.scenario import SYSTEM_NAMESPACE as DEVICE_MANAGER_NAMESPACE
+from gpustack_simulator.scenario import Expanded, Fault, UserSpec
 
 SYSTEM_NAMESPACE = "kube-system"
 _SERVICE_PODS = Narrowing(labels=tuple(services.SELECTOR.items()))
 """The Device Manager Service's selector, as the store's label index reads it."""
 AUTH_CONFIGMAP = "extension-apiserver-authentication"
-INSTANCE_CRD = RECORDINGS_DIR.parent / "clusters" / "crds" / "instances.worker.gpustack.ai.yaml"
+INSTANCE_CRD = packagedata.crd("instances")
 """The project's Instance CRD: Instances written through the stand-in are validated by it."""
-DEVICES_CRD = RECORDINGS_DIR.parent / "clusters" / "crds" / "devices.worker.gpustack.ai.yaml"
+DEVICES_CRD = packagedata.crd("devices")
 """The project's Devices CRD (cluster-scoped, one per node), served and validated the same way."""
-INSTANCETYPES_CRD = (
-    RECORDINGS_DIR.parent / "clusters" / "crds" / "instancetypes.worker.gpustack.ai.yaml"
-)
+INSTANCETYPES_CRD = packagedata.crd("instancetypes")
 """The InstanceType CRD (cluster-scoped): what an Instance's ``spec.type`` names."""
-INSTANCETYPEFLAVORS_CRD = (
-    RECORDINGS_DIR.parent / "clusters" / "crds" / "instancetypeflavors.worker.gpustack.ai.yaml"
-)
+INSTANCETYPEFLAVORS_CRD = packagedata.crd("instancetypeflavors")
 """The InstanceTypeFlavor CRD (cluster-scoped): the catalog the worker derives from the nodes."""
 
 

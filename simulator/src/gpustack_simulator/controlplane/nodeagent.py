@@ -48,6 +48,7 @@ from hypercorn.config import Config
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from gpustack_core import contract
 from gpustack_core.quantity import QuantityError, parse_quantity
 from gpustack_kube.client import ApiError, KubeClient, NotFound
 from gpustack_kube.config import load_config
@@ -174,8 +175,8 @@ class Node:
         """Create the Node (a kubelet registers itself), then report its status."""
         labels = {
             "kubernetes.io/hostname": self.spec.name,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
+            contract.OS_LABEL: "linux",
+            contract.ARCH_LABEL: "amd64",
             **self.spec.labels,
         }
         node = {

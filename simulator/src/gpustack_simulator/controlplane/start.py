@@ -466,7 +466,7 @@ class _Run:
         url = f"https://127.0.0.1:{self.worker_port}"
         ca = self.worker_tls / "ca.crt"
         _wait(worker, lambda: _ready(f"{url}/readyz", ca), self.deadline, "/readyz")
-        for group in ("worker.gpustack.ai", "gpustack.ai"):  # the chart's two APIServices
+        for group in (contract.API_GROUP, contract.SETTINGS_API_GROUP):  # the two APIServices
             served = f"{self.server}/apis/{group}/v1"
             _wait(worker, lambda at=served: _ready(at, self.pki.ca, self.admin_headers),
                   self.deadline, f"the real aggregator reached the worker for {group}",

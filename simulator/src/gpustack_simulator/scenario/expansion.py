@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from gpustack_core.allocation import ANNOTATION
+from gpustack_core import contract
 from gpustack_core.contract import INSTANCE_MANAGED_BY_LABEL
 from gpustack_core.decoding import ContractError
 from gpustack_core.instance import resources_from_limits
@@ -334,8 +335,8 @@ class _Expander:
         capacity = {k: str(v) for k, v in self._capacity(node).items()}
         labels = {
             "kubernetes.io/hostname": node.name,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
+            contract.OS_LABEL: "linux",
+            contract.ARCH_LABEL: "amd64",
         }
         for inventory in self.inventories.get(node.name, []):
             manufacturer = Manufacturer(inventory.manufacturer)
@@ -601,7 +602,7 @@ class _Expander:
                 "creationTimestamp": _stamp(epoch, -86_100),
                 "labels": {
                     "app.kubernetes.io/name": "gpustack-operator",
-                    COMPONENT_LABEL: "device-manager",
+                    COMPONENT_LABEL: contract.DEVICE_MANAGER_COMPONENT,
                     MANUFACTURER_LABEL: dm.manufacturer,
                     "pod-template-generation": "1",
                 },

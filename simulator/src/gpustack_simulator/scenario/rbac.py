@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpustack_core import contract
 from gpustack_core.instance_metrics import API_GROUP
 from gpustack_simulator.scenario.schema import MASTERS, SYSTEM_NAMESPACE, Rule, UserDoc
 
@@ -167,7 +168,7 @@ def _worker_rules() -> tuple[Rule, ...]:
             ["kueue.x-k8s.io"],
             ["admissionchecks"],
             ["get"],
-            resource_names=("gpustack-node-devices",),
+            resource_names=(contract.NODE_DEVICES_CHECK,),
         ),
         _rule(
             [""],

@@ -17,28 +17,30 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gpustack_core import contract
-from gpustack_core.instance_metrics import API_GROUP
 from gpustack_core.pods import AwareDatetime
+from gpustack_core.resources import SHARES_PER_ACCELERATOR
 from gpustack_core.wire import Wire
+from gpustack_simulator import packagedata
 
 SCHEMA = "cluster-scenario/v1"
 
-_REPO = Path(__file__).resolve().parents[4]
-RECORDINGS_DIR = _REPO / "recordings"
+RECORDINGS_DIR = packagedata.RECORDINGS
 """Where recording paths in a scenario are resolved by default (``expand``'s ``base``)."""
 
 DEFAULT_EPOCH = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 """Scenario time 0. Fixed, so every expansion of a scenario yields the same bytes."""
 
-SYSTEM_NAMESPACE = "gpustack-system"
-DEVICE_MANAGER_PORT = 32443
-INSTANCE_API_VERSION = f"{API_GROUP}/v1alpha1"
-COMPONENT_LABEL = "app.kubernetes.io/component"
-MANUFACTURER_LABEL = "gpustack.ai/manufacturer"
+# The contract's names under the names the package has long used: imported, never restated
+# (tests/lint/layers.py refuses a contract value written out anywhere in the simulator).
+SYSTEM_NAMESPACE = contract.SYSTEM_NAMESPACE
+DEVICE_MANAGER_PORT = contract.DEVICE_MANAGER_PORT
+INSTANCE_API_VERSION = f"{contract.API_GROUP}/{contract.CRD_VERSION}"
+COMPONENT_LABEL = contract.COMPONENT_LABEL
+MANUFACTURER_LABEL = contract.MANUFACTURER_LABEL
 MASTERS = "system:masters"
 
-SHARES_PER_CARD = 10
-"""``Shared`` hands out ten shares of a card; each share is a tenth of its units."""
+SHARES_PER_CARD = SHARES_PER_ACCELERATOR
+"""``Shared`` hands out this many shares of a card, each that fraction of its units (core's)."""
 MIG_MEMORY_SLICES = 8
 """An NVIDIA card's MIG memory slices: a ``3g.40gb`` of an H100 spans four of them."""
 MAX_OFFSET = 1e9
@@ -224,8 +226,8 @@ class ScenarioDocument(_Authored, frozen=True, kw_only=True):
 
 
 APPLY_KINDS: dict[str, tuple[str, str, bool]] = {
-    "InstanceType": ("worker.gpustack.ai/v1alpha1", "instancetypes", False),
-    "Instance": ("worker.gpustack.ai/v1alpha1", "instances", True),
+    "InstanceType": (INSTANCE_API_VERSION, "instancetypes", False),
+    "Instance": (INSTANCE_API_VERSION, "instances", True),
     "Pod": ("v1", "pods", True),
     "ConfigMap": ("v1", "configmaps", True),
     "Secret": ("v1", "secrets", True),
