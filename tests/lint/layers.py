@@ -1,5 +1,7 @@
 """The import contracts between the project's packages, checked from the source (``just lint``).
 
+``docs/architecture.md`` explains them beside the data paths they keep apart.
+
 - ``gpustack_core`` imports nothing of ours, and nothing that does I/O: it is pure contracts and
   arithmetic, used by every daemon, so a figure means the same thing wherever it is computed.
 - ``gpustack_vendors`` imports only core: a backend is handed its binding and knows no daemon.
