@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_ledger import read_pod
 
 from gpustack_core.devices import (
     AcceleratorSpec,
@@ -62,7 +63,7 @@ def annotation(gid: str, *entries: tuple[str, int, int]) -> str:
 
 
 def pod(name: str, gid: str, *entries: tuple[str, int, int]) -> PodAllocation:
-    return PodAllocation("team", name, "Running", annotation(gid, *entries))
+    return read_pod("team", name, "Running", annotation(gid, *entries))
 
 
 def node(name: str, spec: GroupSpec, *pods: PodAllocation) -> NodeDevices:
@@ -186,7 +187,7 @@ def mig_pod(name: str) -> PodAllocation:
              "allocatedPhysicalProfile": "1g.10gb",
              "allocatedPhysicalID": f"MIG-{name}"}  # fmt: skip
     devices = {"groups": [{"id": "a100", "manufacturer": "nvidia", "accelerators": [entry]}]}
-    return PodAllocation("team", name, "Running", json.dumps({"main": {"devices": devices}}))
+    return read_pod("team", name, "Running", json.dumps({"main": {"devices": devices}}))
 
 
 def test_a_partition_needs_a_free_one_of_its_profile() -> None:

@@ -7,11 +7,14 @@ is summed by the test from the same numbers (one whole card is 1,600,000 units, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import msgspec
 
+from gpustack_core.allocation import ANNOTATION, read_allocation
+from gpustack_core.decoding import ContractError
 from gpustack_core.devices import (
     AcceleratorSpec,
     AcceleratorStatus,
@@ -69,8 +72,18 @@ def annotation(**containers: list[dict[str, Any]]) -> str:
     )
 
 
+def read_pod(namespace: str, name: str, phase: str, text: str | None) -> PodAllocation:
+    """The ledger's input as the Device Manager builds it: the Pod's annotation read once."""
+    annotations = {} if text is None else {ANNOTATION: text}
+    try:
+        read = read_allocation(annotations, pod=f"{namespace}/{name}")
+    except ContractError as exc:
+        return PodAllocation(namespace, name, phase, (), str(exc))
+    return PodAllocation(namespace, name, phase, read.grants)
+
+
 def pod(name: str, text: str | None, phase: str = "Running") -> PodAllocation:
-    return PodAllocation("team-a", name, phase, text)
+    return read_pod("team-a", name, phase, text)
 
 
 EXCLUSIVE = pod("exclusive", annotation(main=[entry("GPU-0", 1, WHOLE)]))
@@ -136,8 +149,7 @@ def test_a_deleted_pod_returns_its_units() -> None:
 
 def test_terminated_pods_release_all_but_partitions() -> None:
     done = [
-        PodAllocation(p.namespace, p.name, "Succeeded" if i % 2 else "Failed", p.annotation)
-        for i, p in enumerate(ALL)
+        dataclasses.replace(p, phase="Succeeded" if i % 2 else "Failed") for i, p in enumerate(ALL)
     ]
     assert rows(done) == {
         "GPU-0": (0, 0, WHOLE),

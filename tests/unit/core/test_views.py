@@ -10,12 +10,14 @@ counted by the test from the grants it made (a whole card is 1,600,000 units, a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import astuple
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_ledger import read_pod
 
 from gpustack_core.devices import (
     AcceleratorSpec,
@@ -90,14 +92,14 @@ def test_section_1_t4_over_two_nodes() -> None:
 
 
 def test_section_3_a_20_percent_slice_and_its_release() -> None:
-    sliced = PodAllocation(
+    sliced = read_pod(
         "default", "sliced-demo", "Running", grant("a10g", "GPU-a10g", 3, 20 * PERCENT)
     )
     held = accelerator_views([node("node-a10g", A10G, sliced)], "nvidia-a10g")
     assert row(held) == "0/0 0/0 80/80 0/0"  # the walkthrough's §3 row, exactly
     released = accelerator_views([node("node-a10g", A10G)], "nvidia-a10g")
     assert row(released) == "1/1 1/10 100/100 0/0"
-    finished = PodAllocation("default", "sliced-demo", "Succeeded", sliced.annotation)
+    finished = dataclasses.replace(sliced, phase="Succeeded")
     assert accelerator_views([node("node-a10g", A10G, finished)], "nvidia-a10g") == released
 
 
@@ -106,7 +108,7 @@ def test_section_2_a_pool_without_members_reads_zero() -> None:
 
 
 def test_section_4_a_whole_card_empties_every_view() -> None:
-    whole = PodAllocation("default", "custom-demo", "Running", grant("a10g", "GPU-a10g", 1, WHOLE))
+    whole = read_pod("default", "custom-demo", "Running", grant("a10g", "GPU-a10g", 1, WHOLE))
     assert row(accelerator_views([node("node-a10g", A10G, whole)], "nvidia-a10g")) == (
         "0/0 0/0 0/0 0/0"
     )
@@ -117,7 +119,7 @@ def test_section_4_a_whole_card_empties_every_view() -> None:
 
 def test_shared_cards_keep_their_free_shares_and_leave_ex() -> None:
     pods = [
-        PodAllocation("ns", f"shared-{i}", "Running", grant("tesla-t4", "GPU-t4b-1", 2, SHARE))
+        read_pod("ns", f"shared-{i}", "Running", grant("tesla-t4", "GPU-t4b-1", 2, SHARE))
         for i in range(3)
     ]
     views = accelerator_views([node("node-t4-b", T4_B, *pods)], "nvidia-tesla-t4")
@@ -127,7 +129,7 @@ def test_shared_cards_keep_their_free_shares_and_leave_ex() -> None:
 
 
 def test_once_max_is_per_node_for_ex_and_sh_and_per_card_for_sl() -> None:
-    slice_30 = PodAllocation("ns", "s", "Running", grant("tesla-t4", "GPU-t4b-0", 3, 30 * PERCENT))
+    slice_30 = read_pod("ns", "s", "Running", grant("tesla-t4", "GPU-t4b-0", 3, 30 * PERCENT))
     views = accelerator_views(
         [node("node-t4-a", T4_A), node("node-t4-b", T4_B, slice_30)], "nvidia-tesla-t4"
     )
@@ -178,9 +180,7 @@ H100 = GroupSpec(
 
 def test_a_partitioned_card_counts_in_pt_only() -> None:
     mig = grant("h100", "GPU-1", 4, WHOLE // 8, allocatedPhysicalProfile="1g.10gb")
-    views = accelerator_views(
-        [node("n", H100, PodAllocation("ns", "p", "Running", mig))], "nvidia-h100"
-    )
+    views = accelerator_views([node("n", H100, read_pod("ns", "p", "Running", mig))], "nvidia-h100")
     assert row(views) == "1/1 1/10 100/100 1/2"
     assert views.partitioned.capacity == 3
     assert views.remaining_profiles == (("1g.10gb", 1), ("3g.40gb", 1))
@@ -188,9 +188,7 @@ def test_a_partitioned_card_counts_in_pt_only() -> None:
 
 def test_every_offered_profile_is_listed_even_when_full() -> None:
     pods = [
-        PodAllocation(
-            "ns", name, "Running", grant("h100", "GPU-1", 4, 1, allocatedPhysicalProfile=p)
-        )
+        read_pod("ns", name, "Running", grant("h100", "GPU-1", 4, 1, allocatedPhysicalProfile=p))
         for name, p in (("a", "1g.10gb"), ("b", "1g.10gb"), ("c", "3g.40gb"))
     ]
     views = accelerator_views([node("n", H100, *pods)], "nvidia-h100")
@@ -201,7 +199,7 @@ def test_every_offered_profile_is_listed_even_when_full() -> None:
 def test_a_finished_partition_is_still_held() -> None:
     mig = grant("h100", "GPU-1", 4, 1, allocatedPhysicalProfile="3g.40gb")
     views = accelerator_views(
-        [node("n", H100, PodAllocation("ns", "p", "Succeeded", mig))], "nvidia-h100"
+        [node("n", H100, read_pod("ns", "p", "Succeeded", mig))], "nvidia-h100"
     )
     assert views.remaining_profiles == (("1g.10gb", 2), ("3g.40gb", 0))
 
@@ -255,7 +253,7 @@ def admitted(wanted: list[Ask]) -> list[Ask]:
 
 def pods_of(granted: list[Ask]) -> list[PodAllocation]:
     return [
-        PodAllocation(
+        read_pod(
             "ns",
             f"pod-{i}",
             "Running",
@@ -342,5 +340,5 @@ def test_no_ledger_however_wrong_makes_a_view_negative(rows: list[LedgerAccelera
 def test_a_fraction_of_a_percent_held_is_a_whole_percent_gone() -> None:
     # 1,000 units is 0.0625 % of a card: 99.9375 % is left, and a slice is asked in whole
     # percent, so only 99 can still be granted.
-    tiny = PodAllocation("ns", "tiny", "Running", grant("a10g", "GPU-a10g", 3, 1_000))
+    tiny = read_pod("ns", "tiny", "Running", grant("a10g", "GPU-a10g", 3, 1_000))
     assert accelerator_views([node("n", A10G, tiny)], "nvidia-a10g").sliced == View(100, 99, 99)

@@ -30,7 +30,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     calls = {"decode": 0, "grants": 0, "round_grants": 0}
     decode, parse, round_parse = (
         podview.pod_from_object,
-        podview.parse_allocation,
+        podview.read_allocation,
         sample.pod_grants,
     )
 
@@ -38,16 +38,16 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         calls["decode"] += 1
         return decode(obj)
 
-    def counting_parse(text: Any) -> Any:
+    def counting_parse(annotations: Any, *, pod: str) -> Any:
         calls["grants"] += 1
-        return parse(text)
+        return parse(annotations, pod=pod)
 
     def counting_round_parse(pod: Any) -> Any:
         calls["round_grants"] += 1
         return round_parse(pod)
 
     monkeypatch.setattr(podview, "pod_from_object", counting_decode)
-    monkeypatch.setattr(podview, "parse_allocation", counting_parse)
+    monkeypatch.setattr(podview, "read_allocation", counting_parse)
     monkeypatch.setattr(sample, "pod_grants", counting_round_parse)  # the exporter's compose
     return calls
 

@@ -14,7 +14,11 @@ import httpx
 import pytest
 import trio
 
+from gpustack_core import contract
+from gpustack_core.devices import AcceleratorSpec, GroupSpec
 from gpustack_core.features import Card, acceleratable_labels, groups_from_cards
+from gpustack_core.ledger import build_ledger
+from gpustack_devicemanager.podview import node_pod
 from gpustack_devicemanager.publish import (
     Publisher,
     cards_of,
@@ -23,6 +27,7 @@ from gpustack_devicemanager.publish import (
     merged_groups,
     merged_labels,
     nodefeature_body,
+    pod_allocations,
     run_publisher,
 )
 from gpustack_kube.client import KubeClient
@@ -32,6 +37,47 @@ from gpustack_simulator.replay.backends import replay_backend
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "recordings"
 KEY = "acceleratable.feature.gpustack.ai/nvidia-a10g"
+
+
+def _pod(name: str, annotation: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "team",
+            "uid": f"uid-{name}",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "annotations": {contract.ALLOCATION_ANNOTATION: annotation},
+        },
+        "spec": {"nodeName": "n", "containers": [{"name": "main"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_the_ledger_is_handed_the_pod_views_grants_not_text() -> None:
+    """One read per Pod (the view's); the ledger charges its grants and names the unreadable."""
+    half = 800_000  # half a card of 1,600,000 units, granted Sliced (mode 3)
+    granted = json.dumps({"main": {"devices": {"groups": [{"id": "g", "manufacturer": "nvidia",
+        "accelerators": [{"id": "GPU-0", "mode": 3, "allocated": half}]}]},
+        "deviceIDs": ["g:GPU-0:0"]}})  # fmt: skip
+    views = [node_pod(_pod("good", granted)), node_pod(_pod("bad", "{oops"))]
+    allocations = pod_allocations(views)
+    assert [(a.name, a.grants, a.unreadable is None) for a in allocations] == [
+        ("good", views[0].grants, True),
+        ("bad", (), False),
+    ]
+    assert views[0].grants[0].accelerator.allocated == half
+    group = GroupSpec(
+        id="g",
+        manufacturer="nvidia",
+        memory=1,
+        accelerators=(AcceleratorSpec(id="GPU-0", index=0),),
+    )
+    ledger = build_ledger([group], allocations)
+    [card] = ledger.groups[0].accelerators
+    assert (card.mode, card.allocated, card.remaining) == (3, half, 1_600_000 - half)
+    [reason] = ledger.skipped
+    assert reason.startswith(f"pod team/bad: annotation {contract.ALLOCATION_ANNOTATION}: ")
+    assert reason.endswith("; it holds nothing in the ledger")
 
 
 def labels_of(recording: str) -> dict[str, str]:

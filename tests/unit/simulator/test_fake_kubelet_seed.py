@@ -63,6 +63,16 @@ def test_each_id_goes_to_its_modes_resource_on_its_node_only() -> None:
     }
 
 
+def test_an_unreadable_annotation_assigns_nothing_and_spares_the_others() -> None:
+    good = pod("llama", "n1", {"main": entry(1, "GPU-0", ["h100:GPU-0:0000"])})
+    not_text = pod("not-text", "n1", {})
+    not_text["metadata"]["annotations"][contract.ALLOCATION_ANNOTATION] = 7
+    pods = [pod("empty", "n1", ""), not_text, good]
+    assert seed_assignments(pods, "n1") == {
+        ("team-a", "llama", "main"): {"nvidia.com/gpu": ["h100:GPU-0:0000"]}
+    }
+
+
 def test_what_is_not_a_plugin_grant_assigns_nothing() -> None:
     pods = [
         pod("garbled", "n1", "{not json"),

@@ -399,3 +399,15 @@ def test_a_stopped_instance_keeps_its_ports_in_status() -> None:
     assert (status.phase, status.node_name, status.pod_name) == ("Stopped", "", "")
     assert [(p.port, p.node_port) for p in status.ports] == [(22, 30022)]
     assert status.allocations == ()
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["{oops", "", 7, None, '{"main": {"devices": {"groups": "nope"}}}'],
+)
+def test_an_unreadable_allocation_shows_no_allocations(value: object) -> None:
+    the_pod = pod(phase="Running", conditions=READY)
+    the_pod["metadata"]["annotations"] = {ANNOTATION: value}
+    status = derive_status(instance(), the_pod, None, None)
+    assert status.phase == "Ready"  # the rest of the status stands
+    assert status.allocations == ()

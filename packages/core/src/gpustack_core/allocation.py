@@ -4,17 +4,35 @@ Its value is a JSON string mapping **container name** to what that container was
 are integers on the wire (1 Exclusive … 5 Visibility); readers aggregate every container,
 name-sorted, into one pod-wide list of grants. The device plugin writes it with
 :func:`encode_allocation` after :func:`merge_container`, over the same structs the reader parses.
+
+**One reader.** :func:`read_allocation` is the only place the annotation's text is decoded
+(``tests/lint/annotation.py`` holds every other module to it): the Device Manager's Pod view,
+the device plugin's read-before-write, the worker's Instance status and subresource, and the
+simulator's kubelet seed all call it, and everything downstream (the ledger, the holdings, the
+grant confirmation, the exporter) takes the typed :class:`Allocated` it returns, never text.
+
+**One error policy.** An absent annotation holds nothing. A malformed one (not JSON, a wrong
+type, not a string) raises :class:`~gpustack_core.decoding.ContractError` whose one line names
+the Pod, the annotation and the field; the reader never returns a guess. Each caller then keeps
+its loop and that Pod's other facts, logs the reason, and counts the Pod as claiming nothing
+(the device plugin, about to write the annotation, replaces it). That gives the annotation's
+writer no power it lacks already — whoever may patch the Pod can write a valid ``{}`` with the
+same effect — and the annotation is a claim, never proof: the monitor, the exporter and the
+plugin's holdings believe a grant only as far as the kubelet's record confirms it
+(:mod:`gpustack_core.confirm`), the plugin counts its own in-process grants besides, and the
+ledger charges every claim as written (a false claim over-charges; it never frees a card).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import NamedTuple
 
 import msgspec
 
 from gpustack_core import contract
-from gpustack_core.decoding import decode_json
+from gpustack_core.decoding import ContractError, decode_json
 from gpustack_core.modes import AllocationMode
 from gpustack_core.wire import Wire
 
@@ -76,6 +94,8 @@ class Grant(NamedTuple):
 def parse_allocation(text: str | bytes) -> dict[str, ContainerAllocation]:
     """Decode the annotation's value; the error names the annotation, container and field.
 
+    The codec's decoder, the inverse of :func:`encode_allocation`: modules read a Pod's
+    annotation through :func:`read_allocation`, which wraps this (tests may call it directly).
     Containers are decoded one by one so the message can name the container: msgspec's own
     path spells a map key as ``$[...]``, which would leave the reader guessing which one.
     """
@@ -87,7 +107,7 @@ def parse_allocation(text: str | bytes) -> dict[str, ContainerAllocation]:
     }
 
 
-def grants(allocation: dict[str, ContainerAllocation]) -> list[Grant]:
+def grants(allocation: Mapping[str, ContainerAllocation]) -> list[Grant]:
     """Flatten every container's grants, containers in name order (the readers' convention)."""
     return [
         Grant(container, group.manufacturer, accelerator)
@@ -95,6 +115,51 @@ def grants(allocation: dict[str, ContainerAllocation]) -> list[Grant]:
         for group in allocation[container].devices.groups
         for accelerator in group.accelerators
     ]
+
+
+class Allocated(NamedTuple):
+    """A Pod's allocation annotation, read: as written per container, and flattened.
+
+    ``containers`` is what the device plugin merges its next grant into; ``grants`` is what
+    every reader charges, resolves or shows; ``device_ids`` are each container's kubelet
+    device-plugin IDs, what a grant is confirmed against.
+    """
+
+    containers: Mapping[str, ContainerAllocation]
+    grants: tuple[Grant, ...]
+    device_ids: Mapping[str, tuple[str, ...]]
+
+    @classmethod
+    def of(cls, containers: Mapping[str, ContainerAllocation]) -> Allocated:
+        """The reading of ``containers`` (decoded, or built by a writer)."""
+        frozen = MappingProxyType(dict(containers))
+        ids = MappingProxyType({name: entry.device_ids for name, entry in frozen.items()})
+        return cls(frozen, tuple(grants(frozen)), ids)
+
+
+NOTHING = Allocated.of({})
+"""What a Pod without the annotation holds."""
+
+
+def read_allocation(annotations: Mapping[str, object] | None, *, pod: str) -> Allocated:
+    """The one reader of the annotation in ``annotations`` (a Pod's), for the Pod named ``pod``.
+
+    ``pod`` is ``namespace/name``: the :class:`ContractError` raised for a malformed annotation
+    names it, so the caller's log line stands on its own (the module docstring gives the
+    policy). A value that is not a string — no API server stores one, but a raw object may
+    carry anything — is malformed too, never taken for "no annotation".
+    """
+    if not annotations or ANNOTATION not in annotations:
+        return NOTHING
+    text = annotations[ANNOTATION]
+    if not isinstance(text, str):
+        raise ContractError(
+            f"pod {pod}: annotation {ANNOTATION}: expected a string, got {type(text).__name__}"
+        )
+    try:
+        return Allocated.of(parse_allocation(text))
+    except ContractError as exc:
+        raise ContractError(f"pod {pod}: {exc}") from exc
 
 
 def encode_allocation(allocation: Mapping[str, ContainerAllocation]) -> str:

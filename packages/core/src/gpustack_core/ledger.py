@@ -15,6 +15,10 @@ Rules (the reference operator's, ``shared/reference/operator-half.md``):
   lists, per profile, how many partitions are held and how many remain.
 - A Pod whose annotation does not parse holds nothing in the ledger; its reason is returned
   so the caller logs it, and every other Pod is still charged.
+
+The ledger takes grants, never the annotation's text: the caller read each Pod's annotation
+once with :func:`gpustack_core.allocation.read_allocation` (the Device Manager's Pod view
+does, once per Pod change) and hands over what it read, or why it could not.
 """
 
 from __future__ import annotations
@@ -22,8 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpustack_core.allocation import grants, parse_allocation
-from gpustack_core.decoding import ContractError
+from gpustack_core.allocation import Grant
 from gpustack_core.devices import (
     GroupSpec,
     LedgerAccelerator,
@@ -36,13 +39,16 @@ from gpustack_core.units import UNITS_PER_ACCELERATOR
 
 @dataclass(frozen=True, slots=True)
 class PodAllocation:
-    """What the ledger reads of one Pod: who it is, its phase and its annotation's text."""
+    """What the ledger reads of one Pod: who it is, its phase and what its annotation grants."""
 
     namespace: str
     name: str
     phase: str
-    annotation: str | None
-    """``None`` when the Pod carries no allocation annotation (it holds nothing)."""
+    grants: tuple[Grant, ...]
+    """Empty when the Pod carries no allocation annotation (it holds nothing)."""
+    unreadable: str | None = None
+    """Why the Pod's annotation could not be read (``read_allocation``'s one-line reason,
+    naming the Pod); it then holds nothing and the reason is reported in ``skipped``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,16 +111,12 @@ def build_ledger(groups: Sequence[GroupSpec], pods: Iterable[PodAllocation]) -> 
 
     skipped: list[str] = []
     for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
-        if pod.annotation is None:
+        if pod.unreadable is not None:
+            skipped.append(f"{pod.unreadable}; it holds nothing in the ledger")
             continue
         who = f"pod {pod.namespace}/{pod.name}"
-        try:
-            held = grants(parse_allocation(pod.annotation))
-        except ContractError as exc:
-            skipped.append(f"{who}: {exc}; it holds nothing in the ledger")
-            continue
         terminal = pod.phase in TERMINATED_PHASES
-        for grant in held:
+        for grant in pod.grants:
             accelerator = grant.accelerator
             mode = accelerator.mode
             if mode is AllocationMode.VISIBILITY:

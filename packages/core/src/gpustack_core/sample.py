@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
-from gpustack_core.allocation import ANNOTATION, Grant, grants, parse_allocation
+from gpustack_core.allocation import Grant, read_allocation
 from gpustack_core.decoding import ContractError
 from gpustack_core.grants import CoresCaps, ResolvedAccelerator, manufacturers, resolve
 from gpustack_core.instance_metrics import Sample
@@ -41,13 +41,8 @@ def pod_grants(pod: Pod) -> list[Grant]:
     Raises :class:`ContractError` naming the Pod and the field when the annotation is malformed,
     so the caller can cost that Pod alone and keep the pass.
     """
-    text = pod.metadata.annotations.get(ANNOTATION)
-    if text is None:
-        return []
-    try:
-        return grants(parse_allocation(text))
-    except ContractError as exc:
-        raise ContractError(f"pod {pod.metadata.namespace}/{pod.metadata.name}: {exc}") from exc
+    meta = pod.metadata
+    return list(read_allocation(meta.annotations, pod=f"{meta.namespace}/{meta.name}").grants)
 
 
 def cores_caps(pod: Pod, held: list[Grant]) -> CoresCaps:

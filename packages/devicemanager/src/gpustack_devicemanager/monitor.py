@@ -18,7 +18,6 @@ from typing import Any
 
 import trio
 
-from gpustack_core import contract
 from gpustack_core.snapshot import (
     CardFigures,
     ConfirmedGrant,
@@ -110,13 +109,10 @@ def _node_pods(
         views[id(entry)] = view
         records[pod.metadata.uid] = view[1]
         if entry.grant_error is not None:
-            annotation = pod.metadata.annotations.get(contract.ALLOCATION_ANNOTATION)
             _warn_once(
                 context,
-                f"annotation:{pod.metadata.uid}:{annotation}",
-                "ignoring the allocation of %s/%s: %s",
-                pod.metadata.namespace,
-                pod.metadata.name,
+                f"annotation:{pod.metadata.uid}:{entry.grant_error}",
+                "ignoring the allocation annotation: %s",
                 entry.grant_error,
             )
             continue

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpustack_core.allocation import ANNOTATION, Grant, grants, parse_allocation
+from gpustack_core.allocation import Grant, read_allocation
 from gpustack_core.decoding import ContractError
 from gpustack_core.pods import Pod, pod_from_object
 
@@ -21,9 +21,11 @@ from gpustack_core.pods import Pod, pod_from_object
 class NodePod:
     """One Pod and what its allocation annotation grants.
 
-    ``grant_error`` is set (and ``grants`` empty) when the annotation does not parse: the Pod
-    still counts for attribution and readiness, it just holds nothing. ``device_ids`` are the
-    annotation's ``deviceIDs`` per container: what the kubelet's record is checked against.
+    ``grant_error`` is set (and ``grants`` empty) when the annotation does not parse: the
+    Pod still counts for attribution and readiness, it just claims nothing (the policy of
+    :func:`~gpustack_core.allocation.read_allocation`); the monitor and the ledger log it.
+    ``device_ids`` are the annotation's ``deviceIDs`` per container: what the kubelet's
+    record is checked against.
     """
 
     pod: Pod
@@ -39,16 +41,12 @@ def node_pod(obj: dict[str, Any]) -> NodePod:
     decode (the structs name only what is read), so the cache holds the small typed form.
     """
     pod = pod_from_object(obj)
-    text = pod.metadata.annotations.get(ANNOTATION)
-    if text is None:
-        return NodePod(pod, ())
+    meta = pod.metadata
     try:
-        parsed = parse_allocation(text)
+        read = read_allocation(meta.annotations, pod=f"{meta.namespace}/{meta.name}")
     except ContractError as exc:
-        meta = pod.metadata
-        return NodePod(pod, (), f"pod {meta.namespace}/{meta.name}: {exc}")
-    ids = {name: entry.device_ids for name, entry in parsed.items()}
-    return NodePod(pod, tuple(grants(parsed)), device_ids=ids)
+        return NodePod(pod, (), str(exc))
+    return NodePod(pod, read.grants, device_ids=read.device_ids)
 
 
 PodEntry = dict[str, Any] | NodePod

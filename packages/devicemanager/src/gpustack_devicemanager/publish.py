@@ -28,7 +28,6 @@ from typing import Any
 import msgspec
 import trio
 
-from gpustack_core import contract
 from gpustack_core.devices import GroupSpec, LedgerGroup
 from gpustack_core.features import (
     ACCELERATABLE_PREFIX,
@@ -189,13 +188,19 @@ def devices_labels(
 
 
 def pod_allocations(pods: Iterable[NodePod]) -> list[PodAllocation]:
-    """What the ledger reads of each Pod: identity, phase, the annotation's raw text."""
+    """What the ledger reads of each Pod: identity, phase, and the grants the Pod view read.
+
+    The grants are the annotation as written, not as the kubelet confirms it: the ledger
+    charges every claim, so a claim the kubelet has not recorded yet (the plugin writes the
+    annotation before the kubelet records its answer) still holds its card.
+    """
     return [
         PodAllocation(
             entry.pod.metadata.namespace,
             entry.pod.metadata.name,
             entry.pod.status.phase,
-            entry.pod.metadata.annotations.get(contract.ALLOCATION_ANNOTATION),
+            entry.grants,
+            entry.grant_error,
         )
         for entry in pods
     ]

@@ -24,8 +24,7 @@ from typing import Any
 
 import trio
 
-from gpustack_core import contract
-from gpustack_core.allocation import parse_allocation
+from gpustack_core.allocation import read_allocation
 from gpustack_core.decoding import ContractError
 from gpustack_core.resources import ResourceNames
 from gpustack_core.tokens import parse_token_id
@@ -55,14 +54,14 @@ def seed_assignments(pods: Iterable[Mapping[str, Any]], node: str) -> Assigned:
         meta = pod.get("metadata") or {}
         if (pod.get("spec") or {}).get("nodeName") != node:
             continue
-        text = (meta.get("annotations") or {}).get(contract.ALLOCATION_ANNOTATION)
-        if not text:
-            continue
         try:
-            allocation = parse_allocation(text)
-        except ContractError:
+            read = read_allocation(
+                meta.get("annotations"), pod=f"{meta.get('namespace')}/{meta.get('name')}"
+            )
+        except ContractError as exc:
+            log.warning("seeding no kubelet assignment: %s", exc)
             continue
-        for container, entry in allocation.items():
+        for container, entry in read.containers.items():
             modes = {
                 (group.id, accelerator.id): ResourceNames.of(group.manufacturer).plugin_resource(
                     accelerator.mode

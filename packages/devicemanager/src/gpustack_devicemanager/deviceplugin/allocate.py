@@ -35,14 +35,16 @@ import trio
 
 from gpustack_core import contract
 from gpustack_core.allocation import (
+    NOTHING,
+    Allocated,
     AllocatedAccelerator,
     AllocatedGroup,
     ContainerAllocation,
     encode_allocation,
-    grants,
     merge_container,
-    parse_allocation,
+    read_allocation,
 )
+from gpustack_core.allocation import Grant as AnnotatedGrant
 from gpustack_core.allocator import (
     Grant,
     Holding,
@@ -203,7 +205,6 @@ class Allocator:
                 continue
             if pod.status.phase not in {"", "Pending"}:
                 continue
-            allocation = _parsed(entry)
             order = (*pod.spec.init_containers, *pod.spec.containers)
             for position, container in enumerate(order):
                 if (meta.uid, container.name) in taken:
@@ -211,7 +212,7 @@ class Allocator:
                 if assigned.get((meta.namespace, meta.name, container.name), {}).get(resource):
                     continue
                 if self.ledger.holds(meta.uid, container.name, mode) or _holds(
-                    allocation.get(container.name), self.manufacturer, mode
+                    entry.grants, container.name, self.manufacturer, mode
                 ):
                     continue
                 try:
@@ -284,7 +285,7 @@ class Allocator:
                 f"device IDs {listed(ids)} name no {self.manufacturer} group on this node",
             )
         if target is None or self.client is None:
-            current: dict[str, ContainerAllocation] = {}
+            current = NOTHING
             pod_obj: dict[str, Any] | None = None
         else:
             pod_obj = await self.client.get(
@@ -297,8 +298,7 @@ class Allocator:
         believed: list[Holding] = []
         if target is not None:
             # The Pod's own other grants, as far as a record backs them (not as annotated).
-            device_ids = {name: entry.device_ids for name, entry in current.items()}
-            believed = self.ledger.pod(target.pod, grants(current), device_ids)
+            believed = self.ledger.pod(target.pod, current.grants, current.device_ids)
             others.extend(
                 live(
                     [
@@ -406,7 +406,11 @@ class Allocator:
         async def write() -> dict[str, ContainerAllocation]:
             current_obj = based_on.pop() if based_on else await client.get(path)
             merged = merge_container(
-                _annotation(current_obj), target.container, group, mode, grant.device_ids
+                _annotation(current_obj).containers,
+                target.container,
+                group,
+                mode,
+                grant.device_ids,
             )
             metadata: dict[str, Any] = {
                 "annotations": {contract.ALLOCATION_ANNOTATION: encode_allocation(merged)}
@@ -486,35 +490,31 @@ def _group_of(ids: Sequence[str]) -> str:
     return groups.pop()
 
 
-def _annotation(obj: dict[str, Any]) -> dict[str, ContainerAllocation]:
-    annotations = obj.get("metadata", {}).get("annotations") or {}
-    text = annotations.get(contract.ALLOCATION_ANNOTATION)
-    if not isinstance(text, str):
-        return {}
+def _annotation(obj: dict[str, Any]) -> Allocated:
+    """The Pod's annotation as just read, to merge the next grant into.
+
+    A malformed one is logged and counts as claiming nothing (``read_allocation``'s policy):
+    the write that follows replaces it, since the kubelet is waiting on this answer.
+    """
+    meta = obj.get("metadata") or {}
     try:
-        return parse_allocation(text)
+        return read_allocation(
+            meta.get("annotations"), pod=f"{meta.get('namespace')}/{meta.get('name')}"
+        )
     except ContractError as exc:
         log.warning("replacing a malformed allocation annotation: %s", exc)
-        return {}
+        return NOTHING
 
 
-def _parsed(entry: NodePod) -> dict[str, ContainerAllocation]:
-    """The Pod's annotation as written (only to skip containers that claim a grant already)."""
-    text = entry.pod.metadata.annotations.get(contract.ALLOCATION_ANNOTATION)
-    if text is None:
-        return {}
-    try:
-        return parse_allocation(text)
-    except ContractError:
-        return {}
+def _holds(
+    held: Sequence[AnnotatedGrant], container: str, manufacturer: str, mode: AllocationMode
+) -> bool:
+    """Whether the Pod's annotation claims ``container`` a grant of ``mode`` from us already.
 
-
-def _holds(entry: ContainerAllocation | None, manufacturer: str, mode: AllocationMode) -> bool:
-    if entry is None:
-        return False
+    Read from the Pod view's grants (the annotation as written), only to skip a container the
+    kubelet need not be matched to again.
+    """
     return any(
-        a.mode is mode
-        for g in entry.devices.groups
-        if g.manufacturer == manufacturer
-        for a in g.accelerators
+        g.container == container and g.manufacturer == manufacturer and g.accelerator.mode is mode
+        for g in held
     )

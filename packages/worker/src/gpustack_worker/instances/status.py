@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpustack_core import contract
-from gpustack_core.allocation import grants, parse_allocation
+from gpustack_core.allocation import read_allocation
 from gpustack_core.decoding import ContractError
 from gpustack_core.instance import (
     Address,
@@ -110,15 +109,16 @@ def allocations_of(pod: Mapping[str, Any] | None) -> tuple[Allocation, ...]:
     """The cards the Pod's workload holds, from the Device Manager's annotation.
 
     Visibility entries (the SSH sidecar's view of the same cards) are not holdings. An
-    annotation that does not parse yields none: the status says nothing rather than a guess.
+    annotation that does not parse yields none (``read_allocation``'s policy): the status says
+    nothing rather than a guess, and the Device Manager logs the reason for that Pod.
     """
     if pod is None:
         return ()
-    text = (pod.get("metadata", {}).get("annotations") or {}).get(contract.ALLOCATION_ANNOTATION)
-    if not text:
-        return ()
+    meta = pod.get("metadata") or {}
     try:
-        parsed = parse_allocation(text)
+        read = read_allocation(
+            meta.get("annotations"), pod=f"{meta.get('namespace')}/{meta.get('name')}"
+        )
     except ContractError:
         return ()
     return tuple(
@@ -130,7 +130,7 @@ def allocations_of(pod: Mapping[str, Any] | None) -> tuple[Allocation, ...]:
             allocated=g.accelerator.allocated,
             partition=g.accelerator.allocated_physical_id,
         )
-        for g in grants(parsed)
+        for g in read.grants
         if g.accelerator.mode is not AllocationMode.VISIBILITY and g.container == MAIN
     )
 
