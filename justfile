@@ -29,12 +29,14 @@ test *args: lint
     uv run --frozen --no-sync pytest {{args}}
     [ -n "{{args}}" ] || uv run --frozen --no-sync pytest -p no:cacheprovider tests/e2e/walkthrough
 
-# ruff (lint + format check), mypy --strict on packages/ and simulator/, the layer contracts.
+# ruff (lint + format check), mypy --strict on packages/ and simulator/, the layer contracts,
+# the one reader of the allocation annotation.
 lint: setup
     uv run --frozen --no-sync ruff check .
     uv run --frozen --no-sync ruff format --check .
     uv run --frozen --no-sync mypy
     uv run --frozen --no-sync python tests/lint/layers.py
+    uv run --frozen --no-sync python tests/lint/annotation.py
 
 # Apply ruff's fixes and formatting.
 fmt: setup
