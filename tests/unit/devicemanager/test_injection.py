@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from gpustack_core.allocation import AllocatedAccelerator
 from gpustack_core.modes import AllocationMode
-from gpustack_devicemanager.deviceplugin.injection import VENDORS, Card, inject, vendor
+from gpustack_devicemanager.deviceplugin.injection import Card, inject, vendor
 
 E, SL, P = AllocationMode.EXCLUSIVE, AllocationMode.SLICED, AllocationMode.PARTITIONED
 
@@ -57,25 +58,54 @@ def test_amd_nodes_follow_the_pci_address_when_linked(tmp_path: Path) -> None:
         f"{tmp_path}/dri/card2",
         f"{tmp_path}/dri/renderD130",
     ]
-    unlinked = inject("amd", E, [Card("0000:04:00.0", 1, pci_bus_id="0000:04:00.0")], dev=tmp_path)
-    assert [d.path for d in unlinked.devices][1:] == [
-        f"{tmp_path}/dri/card1",
-        f"{tmp_path}/dri/renderD129",
-    ]
     assert linked.envs == {"AMD_VISIBLE_DEVICES": "none"}
 
 
-def test_every_manufacturer_has_a_row_and_an_unknown_one_is_named() -> None:
-    assert set(VENDORS) == {
-        "nvidia",
-        "amd",
-        "hygon",
-        "ascend",
-        "thead",
-        "cambricon",
-        "iluvatar",
-        "metax",
-        "mthreads",
-    }
+def _sysfs_drm(sysfs: Path, bus: str, *names: str) -> None:
+    """The kernel's record of a PCI function's DRM minors: ``/sys/bus/pci/devices/<bdf>/drm``."""
+    drm = sysfs / "bus" / "pci" / "devices" / bus / "drm"
+    drm.mkdir(parents=True)
+    for name in names:
+        (drm / name).mkdir()
+
+
+def test_without_a_by_path_link_the_card_is_found_through_sysfs(tmp_path: Path) -> None:
+    # Issue #31 item 4: no udev by-path links, and probe order differs from the library's
+    # enumeration: the library's card 0 is the kernel's card1/renderD129. The old fallback
+    # guessed card0/renderD128 by index: another card's nodes.
+    dev, sysfs = tmp_path / "dev", tmp_path / "sys"
+    (dev / "dri").mkdir(parents=True)
+    _sysfs_drm(sysfs, "0000:04:00.0", "card1", "renderD129")
+    _sysfs_drm(sysfs, "0000:03:00.0", "card0", "renderD128")
+    card = Card("0000:04:00.0", 0, pci_bus_id="0000:04:00.0")
+    got = inject("amd", E, [card], dev=dev, sysfs=sysfs)
+    assert [d.path for d in got.devices] == [
+        f"{dev}/kfd",
+        f"{dev}/dri/card1",
+        f"{dev}/dri/renderD129",
+    ]
+
+
+def test_a_card_nothing_names_gets_no_drm_node_and_the_log_says_why_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dev, sysfs = tmp_path / "dev", tmp_path / "sys"
+    (dev / "dri").mkdir(parents=True)
+    (dev / "dri" / "card0").touch()  # another card's node, present on the host
+    (dev / "dri" / "renderD128").touch()
+    _sysfs_drm(sysfs, "0000:03:00.0", "card0", "renderD128")
+    card = Card("0000:09:00.0", 0, pci_bus_id="0000:09:00.0")
+    with caplog.at_level(logging.WARNING, logger="gpustack.devicemanager.deviceplugin"):
+        first = inject("metax", E, [card], dev=dev, sysfs=sysfs)
+        again = inject("metax", E, [card], dev=dev, sysfs=sysfs)
+    assert [d.path for d in first.devices] == [f"{dev}/mxcd"]
+    assert again.devices == first.devices
+    said = [r.getMessage() for r in caplog.records if "0000:09:00.0" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "no DRM node is injected" in said[0]
+    assert f"{sysfs}/bus/pci/devices/0000:09:00.0/drm" in said[0]
+
+
+def test_an_unknown_manufacturer_is_named() -> None:
     with pytest.raises(KeyError, match="no injection facts for manufacturer 'acme'"):
         vendor("acme")

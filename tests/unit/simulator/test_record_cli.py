@@ -16,7 +16,6 @@ import pytest
 from typer.testing import CliRunner
 
 from gpustack_cli.main import app
-from gpustack_cli.simulator_cmds import RECORDABLE
 from gpustack_simulator.capture import Host, record
 from gpustack_simulator.recording import load_recording
 from gpustack_simulator.redact import FIRST_FAKE_PID, returned_pids
@@ -52,7 +51,6 @@ IMPORTED = {"pynvml", "amdsmi"}
 
 
 def test_record_names_exactly_the_registry() -> None:
-    assert set(RECORDABLE) == set(VENDORS)
     result = runner.invoke(app, ["simulator", "record", "--help"], env={"COLUMNS": "200"})
     text = " ".join(result.output.replace("│", " ").split())
     named = [v for v in ("mthreads", *VENDORS) if f"{v} (" in text]

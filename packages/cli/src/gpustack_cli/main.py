@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 from gpustack_cli.errors import USAGE, OneLineErrors, fail, report, user_errors
 from gpustack_core import contract
+from gpustack_core.manufacturers import with_backend
 
 app = typer.Typer(
     name="gpustack-operator",
@@ -583,8 +584,9 @@ def dm_detect(
         str | None,
         typer.Option(
             help=(
-                "The manufacturer whose library to open (nvidia, amd, hygon, ascend, thead,"
-                " cambricon, metax, iluvatar)."
+                "The manufacturer whose library to open ("
+                + ", ".join(row.name for row in with_backend())
+                + ")."
             )
         ),
     ] = None,
@@ -648,11 +650,9 @@ def sim_record(
     vendor: Annotated[
         str,
         typer.Option(
-            help=(
-                "Which manufacturer's libraries to record: nvidia (NVML through pynvml), amd"
-                " (ROCm SMI, then AMD SMI), hygon (its ROCm SMI and libhydmi_mig), ascend (DCMI),"
-                " thead (HGML), cambricon (CNDev), iluvatar (IXML) or metax (MXSML)."
-            )
+            help="Which manufacturer's libraries to record: "
+            + ", ".join(f"{row.name} ({row.library})" for row in with_backend())
+            + ".",
         ),
     ],
     samples: Annotated[int, typer.Option(min=1, help="Monitor-style passes to record.")] = 4,
@@ -662,12 +662,13 @@ def sim_record(
     """Record this node's vendor library answers into a recording (PIDs, serials, host redacted)."""
     from rich.console import Console
 
-    from gpustack_cli.simulator_cmds import RECORDABLE, record
+    from gpustack_cli.simulator_cmds import record, recordable
 
-    if vendor not in RECORDABLE:
+    known = recordable()
+    if vendor not in known:
         fail(
             "gpustack-operator simulator record",
-            f"--vendor {vendor}: not a manufacturer with a backend ({', '.join(RECORDABLE)})",
+            f"--vendor {vendor}: not a manufacturer with a backend ({', '.join(known)})",
             code=USAGE,
         )
 

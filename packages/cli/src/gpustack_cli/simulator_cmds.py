@@ -174,10 +174,16 @@ def replay(path: Path, samples: int, interval: float, console: Console) -> None:
     backend.close()
 
 
-RECORDABLE = ("nvidia", "amd", "hygon", "ascend", "thead", "cambricon", "iluvatar", "metax")
-"""The manufacturers ``simulator record`` can record: every one of the vendor registry
-(``gpustack_vendors.registry.VENDORS``; a test holds the two equal). Spelled out here so the
-CLI's help needs no vendor import."""
+def recordable() -> tuple[str, ...]:
+    """The manufacturers ``simulator record`` can record: every one of the vendor registry.
+
+    Read from the registry when asked (the record command imports it anyway), so a manufacturer
+    added there is recordable at once; the help text reads the core table instead, so that
+    ``--help`` imports no vendor binding.
+    """
+    from gpustack_vendors.registry import VENDORS
+
+    return tuple(VENDORS)
 
 
 def record(

@@ -30,6 +30,7 @@ from gpustack_core.devices import (
     PhysicalSliced,
     Topology,
 )
+from gpustack_core.manufacturers import logical_slices
 
 FEATURE_PREFIX = "feature.gpustack.ai/"
 NODE_ACCELERATABLE = FEATURE_PREFIX + "acceleratable"
@@ -53,16 +54,6 @@ LABEL_VALUE_MAX = 63
 """A label value, and the name part of a label key, is at most 63 characters."""
 LONGEST_AKEY_SUFFIX = len(".product")
 """The longest suffix put after an accelerator key; reserved so every key stays ≤ 63."""
-
-LOGICAL_SLICES = {
-    "nvidia": 128,
-    "ascend": 63,
-    "cambricon": 16,
-    "metax": 16,
-    "hygon": 4,
-}
-"""Software slices one card offers per manufacturer (``logicalSliced.count``); a
-manufacturer not listed offers no logical slicing and states no count."""
 
 _VALID_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
 _VALID_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
@@ -271,7 +262,7 @@ def _physical(card: Card) -> PhysicalSliced | None:
 
 
 def _accelerator(manufacturer: str, card: Card) -> AcceleratorSpec:
-    slices = LOGICAL_SLICES.get(manufacturer)
+    slices = logical_slices(manufacturer)
     return AcceleratorSpec(
         id=card.id,
         index=card.index,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import IntEnum, StrEnum
 
+from gpustack_core.manufacturers import MANUFACTURERS, resource_base
+
 
 class AllocationMode(IntEnum):
     """How a grant was made. Integers on the wire (annotation), names in the API and labels."""
@@ -40,7 +42,12 @@ _MODE_NAMES = {
 
 
 class Manufacturer(StrEnum):
-    """Manufacturer tokens, as on the ``gpustack.ai/manufacturer`` label."""
+    """Manufacturer tokens, as on the ``gpustack.ai/manufacturer`` label.
+
+    The names code spells (``Manufacturer.NVIDIA``); every fact about one is its row in
+    :mod:`gpustack_core.manufacturers`, and a place that must see every manufacturer iterates
+    that table, not this enum (a test holds each member to a row).
+    """
 
     NVIDIA = "nvidia"
     AMD = "amd"
@@ -54,21 +61,11 @@ class Manufacturer(StrEnum):
 
     @property
     def resource_base(self) -> str:
-        """The extended-resource base name (``nvidia.com/gpu``) its requests are spelled with."""
-        return _RESOURCE_BASES[self]
+        """The extended-resource base (``nvidia.com/gpu``) its requests are spelled with.
 
-
-_RESOURCE_BASES = {
-    Manufacturer.NVIDIA: "nvidia.com/gpu",
-    Manufacturer.AMD: "amd.com/gpu",
-    Manufacturer.HYGON: "hygon.com/dcu",
-    Manufacturer.ASCEND: "huawei.com/npu",
-    Manufacturer.THEAD: "alibabacloud.com/ppu",
-    Manufacturer.CAMBRICON: "cambricon.com/mlu",
-    Manufacturer.ILUVATAR: "iluvatar.com/gpu",
-    Manufacturer.METAX: "metax-tech.com/gpu",
-    Manufacturer.MTHREADS: "mthreads.com/gpu",
-}
+        From its row in :data:`gpustack_core.manufacturers.MANUFACTURERS`.
+        """
+        return MANUFACTURERS[self.value].resource_base
 
 
 def sliced_cores_resource(manufacturer: str) -> str | None:
@@ -76,10 +73,8 @@ def sliced_cores_resource(manufacturer: str) -> str | None:
 
     Unknown manufacturers have no base name and so no cap; their slices pass compute through.
     """
-    try:
-        return f"{Manufacturer(manufacturer).resource_base}.sliced.cores-percentage"
-    except ValueError:
-        return None
+    base = resource_base(manufacturer)
+    return None if base is None else f"{base}.sliced.cores-percentage"
 
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from gpustack_core import contract
-from gpustack_core.modes import Manufacturer
+from gpustack_core.manufacturers import rows
 from gpustack_core.requests import DEFAULT_NAMES
 from gpustack_core.resources import ResourceNames
 
@@ -109,7 +109,7 @@ def default_bases_json() -> str:
     conditions above it must know which literals the default spelled (its template replaces
     ``'<default>'``, ``'<default>.sliced'``, ``'<default>.partitioned'``).
     """
-    bases = {m.value: m.resource_base for m in Manufacturer}
+    bases = {row.name: row.resource_base for row in rows()}
     return json.dumps(bases, indent=2) + "\n"
 
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from gpustack_core.features import is_label_key
-from gpustack_core.modes import Manufacturer
+from gpustack_core.manufacturers import rows
 from gpustack_core.resources import ResourceNames
 
 _RESERVED_DOMAINS: Final = ("kubernetes.io", "k8s.io")
@@ -62,17 +62,17 @@ def configured_bases(environ: Mapping[str, str]) -> dict[str, str]:
     manufacturers that would end up on one base (each counted on the other's cards).
     """
     bases: dict[str, str] = {}
-    for manufacturer in Manufacturer:
-        for name in (variable(manufacturer.value), legacy_variable(manufacturer.value)):
+    for row in rows():
+        for name in (variable(row.name), legacy_variable(row.name)):
             value = environ.get(name, "").strip()
             if not value:
                 continue
             why = check_base(value)
             if why is not None:
                 raise ValueError(f"{name}={value!r}: {why}")
-            bases[manufacturer.value] = value
+            bases[row.name] = value
             break
-    effective = {m.value: bases.get(m.value, m.resource_base) for m in Manufacturer}
+    effective = {row.name: bases.get(row.name, row.resource_base) for row in rows()}
     owners: dict[str, str] = {}
     for token, base in effective.items():
         if base in owners:
@@ -87,8 +87,11 @@ def configured_bases(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def names_with(bases: Mapping[str, str]) -> tuple[ResourceNames, ...]:
-    """Every manufacturer's names, in :class:`Manufacturer` order, ``bases`` overriding."""
-    return tuple(ResourceNames.of(m.value, bases.get(m.value)) for m in Manufacturer)
+    """Every manufacturer's names, in table order, ``bases`` overriding.
+
+    The table is :mod:`gpustack_core.manufacturers`, read at the call: a row added later counts.
+    """
+    return tuple(ResourceNames.of(row.name, bases.get(row.name)) for row in rows())
 
 
 def configured_names(environ: Mapping[str, str]) -> tuple[ResourceNames, ...]:

@@ -11,17 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from gpustack_core.modes import AllocationMode, Manufacturer
+from gpustack_core.manufacturers import MANUFACTURERS, resource_base
+from gpustack_core.modes import AllocationMode
 
 SHARES_PER_ACCELERATOR = 10
 """``<base>.shared`` splits one card into this many shares (160,000 units each)."""
 PARTITION_KINDS: Final = {
-    Manufacturer.NVIDIA.value: "mig",
-    Manufacturer.THEAD.value: "mig",
-    Manufacturer.HYGON.value: "mig",
+    row.name: row.partition_kind for row in MANUFACTURERS.values() if row.partition_kind
 }
 """The manufacturers with hardware partitioning and their word for it (``<base>.partitioned.
-mig-<profile>``); a manufacturer absent here has no ``.partitioned*`` resources at all."""
+mig-<profile>``), from :mod:`gpustack_core.manufacturers` as the table stood at import; a
+manufacturer absent here has no ``.partitioned*`` resources at all. Use
+:func:`gpustack_core.manufacturers.partition_kind` to see a row added later."""
 VISIBILITY_TOKENS = 512
 """The Visibility pool's size: an SSH sidecar sees its sibling's cards, never a card of its own."""
 
@@ -42,13 +43,12 @@ class ResourceNames:
         given.
         """
         if base is None:
-            try:
-                base = Manufacturer(manufacturer).resource_base
-            except ValueError:
+            base = resource_base(manufacturer)
+            if base is None:
                 raise ValueError(
                     f"manufacturer {manufacturer!r} has no default resource name; "
                     "configure one explicitly"
-                ) from None
+                )
         return cls(base=base, manufacturer=manufacturer)
 
     @property

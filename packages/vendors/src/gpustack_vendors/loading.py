@@ -7,6 +7,7 @@ chart value that brings the library into the Pod.
 
 from __future__ import annotations
 
+from gpustack_core.manufacturers import maker
 from gpustack_vendors.protocol import Backend
 from gpustack_vendors.registry import (
     VENDORS,
@@ -17,27 +18,21 @@ from gpustack_vendors.registry import (
     vendor,
 )
 
-CHART_HINTS: dict[str, str] = {
-    "nvidia": (
-        "in the Helm chart, libnvidia-ml comes from the NVIDIA container toolkit: set "
-        "deviceManager.manufacturers.nvidia.runtimeClassName (e.g. nvidia) where its runtime "
-        "is not the node's default"
-    ),
-}
-"""What to set in the chart when a manufacturer's library does not open; the others share
-:func:`chart_hint`'s ``libraryPath`` advice (docs/deploy.md, "Vendor libraries")."""
-
 
 def chart_hint(manufacturer: str) -> str:
     """The chart value that brings ``manufacturer``'s library into the Device Manager's Pod.
 
     A Pod that cannot open its library crash-loops with this message in its log, so the message
     names the value to set rather than leaving the operator to map a ``.so`` name to the chart.
+    The manufacturer's row (:mod:`gpustack_core.manufacturers`) may say what instead (NVIDIA:
+    its container toolkit); the others share the ``libraryPath`` advice.
     """
-    return CHART_HINTS.get(
-        manufacturer,
+    row = maker(manufacturer)
+    if row is not None and row.chart_hint is not None:
+        return row.chart_hint
+    return (
         f"in the Helm chart, set deviceManager.manufacturers.{manufacturer}.libraryPath to the "
-        'host directory that holds it (docs/deploy.md, "Vendor libraries")',
+        'host directory that holds it (docs/deploy.md, "Vendor libraries")'
     )
 
 
@@ -54,7 +49,6 @@ def open_backend(manufacturer: str) -> Backend:
 
 
 __all__ = [
-    "CHART_HINTS",
     "VENDORS",
     "LibraryUnavailableError",
     "chart_hint",

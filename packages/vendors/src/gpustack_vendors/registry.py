@@ -5,7 +5,7 @@ real library goes through it — the Device Manager (:func:`gpustack_vendors.loa
 open_backend`) and the recorder (``gpustack_simulator.capture.record``) alike — and the
 simulator keys its replay and synthesis counterparts by the same names and library ids
 (``gpustack_simulator.replay.standins``). Adding a manufacturer is its modules plus one
-:class:`Vendor` here (``docs/vendors.md``).
+:class:`Vendor` here and its row in :mod:`gpustack_core.manufacturers` (``docs/vendors.md``).
 
 A :class:`Vendor` says:
 
@@ -18,10 +18,12 @@ A :class:`Vendor` says:
   stand-ins, synthetic ones, or recording proxies around any of those;
 - what a failing first call (the library's init) is called in the one-line error.
 
-Resource names are not repeated here: they derive from the manufacturer token
-(:attr:`Vendor.resources`, :mod:`gpustack_core.resources`). The Device Manager's
-device-injection facts live in ``gpustack_devicemanager.deviceplugin.injection`` (a daemon
-table this package may not import).
+Nothing else about a manufacturer is repeated here: its resource base, slices, partition word,
+device nodes, privilege and chart hint are its row in :mod:`gpustack_core.manufacturers`
+(:attr:`Vendor.resources`, :attr:`Vendor.partition_kind` read it). This table keeps only what
+must live beside the bindings: how to open them and build the backend. The container runtime's
+visibility and quota variables live in ``gpustack_devicemanager.deviceplugin.injection`` (a
+daemon table this package may not import).
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar, cast
 
+from gpustack_core.manufacturers import partition_kind
 from gpustack_core.modes import Manufacturer
-from gpustack_core.resources import PARTITION_KINDS, ResourceNames
+from gpustack_core.resources import ResourceNames
 from gpustack_vendors.amd.backend import AmdBackend
 from gpustack_vendors.amd.surface import AmdRocmSmiSurface, AmdSmiSurface
 from gpustack_vendors.ascend import dcmi
@@ -140,7 +143,9 @@ class Bindings:
 class Vendor:
     """One manufacturer: its libraries and its backend."""
 
-    manufacturer: Manufacturer
+    manufacturer: str
+    """Its token, a row of :data:`gpustack_core.manufacturers.MANUFACTURERS` (where every other
+    fact about it lives: resource base, slices, device nodes, chart hint)."""
     libraries: tuple[Library[Any], ...]
     """In the order the backend takes them and a recording lists them."""
     build: Callable[[Bindings], Backend]
@@ -157,7 +162,7 @@ class Vendor:
     @property
     def name(self) -> str:
         """The manufacturer token (``nvidia``), as on the ``gpustack.ai/manufacturer`` label."""
-        return self.manufacturer.value
+        return str(self.manufacturer)
 
     @property
     def resources(self) -> ResourceNames:
@@ -167,7 +172,7 @@ class Vendor:
     @property
     def partition_kind(self) -> str | None:
         """Its word for a hardware partition (``mig``), ``None`` where it has none."""
-        return PARTITION_KINDS.get(self.name)
+        return partition_kind(self.name)
 
     def library(self, library_id: str) -> Library[Any]:
         """The library with that id."""

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from gpustack_core.manufacturers import pci_vendor_id
 from gpustack_core.modes import AllocationMode, Manufacturer
 from gpustack_core.quantity import parse_quantity
 from gpustack_core.tokens import token_id
@@ -28,17 +29,14 @@ from gpustack_simulator.scenario.schema import (
 from gpustack_simulator.scenario.validation import _PodPlan
 from gpustack_vendors.model import PartitionInfo
 
-_PCI_VENDORS = {
-    Manufacturer.NVIDIA: "10de",
-    Manufacturer.AMD: "1002",
-    Manufacturer.ASCEND: "19e5",
-    Manufacturer.CAMBRICON: "cabc",
-    Manufacturer.HYGON: "1d94",
-    Manufacturer.ILUVATAR: "1e3e",
-    Manufacturer.METAX: "9999",
-    Manufacturer.MTHREADS: "1ed5",
-    Manufacturer.THEAD: "1ded",
-}
+
+def pci_present_label(manufacturer: str) -> str:
+    """NFD's vendor-only PCI label for ``manufacturer``'s cards (``…/pci-10de.present``).
+
+    The PCI vendor id is the manufacturer's row (:mod:`gpustack_core.manufacturers`), the same
+    id the chart's node affinity matches, so a simulated node is selected as a real one is.
+    """
+    return f"feature.node.kubernetes.io/pci-{pci_vendor_id(manufacturer)}.present"
 
 
 def _card_problems(held: Sequence[_Grant]) -> Iterator[str]:

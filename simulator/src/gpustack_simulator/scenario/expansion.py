@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from gpustack_core.allocation import ANNOTATION
 from gpustack_core import contract
+from gpustack_core.allocation import ANNOTATION
 from gpustack_core.contract import INSTANCE_MANAGED_BY_LABEL
 from gpustack_core.decoding import ContractError
 from gpustack_core.instance import resources_from_limits
@@ -26,7 +26,6 @@ from gpustack_core.modes import AllocationMode, Manufacturer
 from gpustack_core.pods import PART_OF_LABEL
 from gpustack_simulator.recording import ProcEntry
 from gpustack_simulator.scenario.builders import (
-    _PCI_VENDORS,
     _allocations,
     _card_problems,
     _container_resources,
@@ -38,6 +37,7 @@ from gpustack_simulator.scenario.builders import (
     _state,
     cgroup_line,
     container_ids,
+    pci_present_label,
 )
 from gpustack_simulator.scenario.expanded import Expanded
 from gpustack_simulator.scenario.inventory import _Inventory, _inventory
@@ -340,7 +340,7 @@ class _Expander:
         }
         for inventory in self.inventories.get(node.name, []):
             manufacturer = Manufacturer(inventory.manufacturer)
-            labels[f"feature.node.kubernetes.io/pci-{_PCI_VENDORS[manufacturer]}.present"] = "true"
+            labels[pci_present_label(manufacturer)] = "true"
             capacity[manufacturer.resource_base] = str(len(inventory.cards))
         labels.update(node.labels)
         index = self.node_index[node.name]

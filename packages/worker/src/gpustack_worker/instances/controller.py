@@ -32,6 +32,7 @@ from gpustack_core.derive import identity_of, members
 from gpustack_core.fit import fitting, pod_asks
 from gpustack_core.instance import Condition, Instance, InstanceStatus, instance_from_object
 from gpustack_core.instancetype import InstanceType, instancetype_from_object
+from gpustack_core.manufacturers import runtime_class
 from gpustack_core.pools import (
     flavors,
     node_labels_of,
@@ -82,9 +83,6 @@ from gpustack_worker.settings import OperatorSettings
 log = logging.getLogger("gpustack.worker.instances")
 
 COMPONENT: Final = "gpustack-operator-worker"
-RUNTIME_CLASSES: Final = {"nvidia": "nvidia", "mthreads": "mthreads", "iluvatar": "iluvatar"}
-"""RuntimeClass names per manufacturer, used only when the cluster serves one by that name
-(looked up, never assumed)."""
 PREDECESSOR_RECHECK: Final = 1.0
 """Seconds before looking again at a Pod a previous incarnation still holds the name of."""
 SETTINGS_WAIT: Final = 30.0
@@ -461,7 +459,9 @@ class InstanceController:
                     node, accelerator, mixed_on_node=self.settings.instance_type_mixed_on_node
                 )
                 pinned = (labels,) if labels else ()
-        runtime = RUNTIME_CLASSES.get(manufacturer or "")
+        # The manufacturer's row names its RuntimeClass; used only when the cluster serves one
+        # by that name (looked up, never assumed).
+        runtime = runtime_class(manufacturer or "")
         return (
             PodInputs(
                 manufacturer=manufacturer,
