@@ -28,6 +28,7 @@ from chart_helm import (
 )
 
 from gpustack_cli.main import app
+from gpustack_core.manufacturers import maker
 from gpustack_devicemanager.daemon import ServeOptions
 from gpustack_devicemanager.exporter import COMPONENT, COMPONENT_LABEL, MANUFACTURER_LABEL
 from gpustack_simulator.recording import load_recording
@@ -140,7 +141,15 @@ def _check_device_manager(ds: dict[str, Any], manufacturer: str) -> None:
         assert c[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
     # Root, and said why in the template: hostPID plus every tenant's /proc and vendor rows.
     assert pod["spec"]["securityContext"]["runAsUser"] == 0
-    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    # Privileged as the manufacturer's row says (docs/deploy.md, "Device nodes and privilege");
+    # escalation is off wherever it is not (the API server refuses false beside privileged).
+    simulated = "--bind-replayed-pids" in c["args"]
+    row = maker(manufacturer)
+    assert row is not None
+    privileged = row.privileged and not simulated
+    assert c["securityContext"]["privileged"] is privileged
+    if not privileged:
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     # Root without any capability: /proc/<pid>/cgroup, stat and comm are world-readable.
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
