@@ -34,6 +34,7 @@ from worker_stack import WorkerStack, open_worker_stack
 from gpustack_core import contract
 from gpustack_kube.client import KubeClient, PatchType
 from gpustack_kube.config import load_config
+from gpustack_serving.access import AccessReviewer, AccessSettings, Refusal, check
 from gpustack_simulator.cluster.app import Caller, Routes
 from gpustack_simulator.scenario import Fault
 from gpustack_simulator.up import webhook_configurations
@@ -222,6 +223,30 @@ async def _exercise_settings(stack: WorkerStack) -> None:
     assert flipped.status_code == 200, flipped.text
 
 
+async def _exercise_metrics_guard(stack: WorkerStack, token: str) -> None:
+    """The Device Manager's /metrics guard (metricsAccess, on by default) with its own account.
+
+    The stack's Device Managers serve without it, so a scrape is decided here by the guard's
+    own code with the Device Manager's credentials: a TokenReview, then a SubjectAccessReview.
+    Whatever the verdict, both requests must be granted (system:auth-delegator).
+    """
+    kube = load_config(stack.cluster.kubeconfig, context="device-manager")
+    assert kube is not None
+    async with KubeClient(kube) as client:
+        reviewer = AccessReviewer(
+            client.post, AccessSettings(frozenset({"/metrics"})), trio.current_time
+        )
+        scope = {
+            "type": "http",
+            "method": "GET",
+            "path": "/metrics",
+            "headers": [(b"authorization", f"Bearer {token}".encode())],
+        }
+        verdict = await check(reviewer, scope)
+    assert not (isinstance(verdict, Refusal) and verdict.status == 503), verdict
+    assert (reviewer.statistics.token_reviews, reviewer.statistics.access_reviews) == (1, 1)
+
+
 async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
     """Every code path of the worker that reaches the API server, and the Device Manager's."""
     state = stack.cluster.state
@@ -268,6 +293,7 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
         f"{V1}/namespaces/team-a/instances", headers=[("Authorization", f"Bearer {token}")]
     )
     assert direct.status_code == 200, direct.text
+    await _exercise_metrics_guard(stack, token)
     # The Pod admission webhook, called as kube-apiserver calls it (no credential): a MiB slice
     # folds against the cards' memory, so the worker lists the Devices objects.
     review = {
