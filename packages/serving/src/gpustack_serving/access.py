@@ -37,11 +37,13 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar, cast
+from urllib.parse import parse_qsl
 
 import trio
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from gpustack_core.names import dns1123_label_problem
 from gpustack_kube.client import KubeError
 from gpustack_kube.reviews import (
     SUBJECT_ACCESS_REVIEW_PATH,
@@ -98,10 +100,15 @@ class AccessSettings:
     guarded request is reviewed as these resource attributes (its verb from the method) instead
     of as its non-resource URL. ``client_certificates``: believe the ASGI ``tls`` extension's
     chain — only when the listener itself verified it against the cluster's client CA.
+    ``namespace_parameter``: with ``resource``, the review's namespace is the value of this query
+    parameter (kube-rbac-proxy's ``rewrites.byQueryParameter``, OpenShift's tenancy port): exactly
+    one, a DNS-1123 label, else 400 — a tenant names the namespace it reads and is authorized
+    for that one.
     """
 
     paths: frozenset[str]
     resource: Attributes | None = None
+    namespace_parameter: str = ""
     client_certificates: bool = False
     allowed_ttl: float = DEFAULT_TTL
     denied_ttl: float = DEFAULT_TTL
@@ -119,6 +126,8 @@ class AccessSettings:
             raise ValueError("the caches need room for at least one entry")
         if self.resource is not None and self.resource.path:
             raise ValueError("resource attributes name a resource, not a path")
+        if self.namespace_parameter and self.resource is None:
+            raise ValueError("a namespace from the query needs resource attributes to put it in")
 
     def attributes(self, method: str, path: str) -> Attributes | None:
         """What to review for ``method path``; ``None`` for a method RBAC has no verb for."""
@@ -245,7 +254,32 @@ class Refusal:
     line: str
 
 
-PHRASES: Final = {401: "Unauthorized", 403: "Forbidden", 503: "Service Unavailable"}
+PHRASES: Final = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    503: "Service Unavailable",
+}
+
+
+def query_namespace(scope: Mapping[str, Any], parameter: str) -> str | Refusal:
+    """The one namespace the query string names in ``parameter``, or a 400 saying why not.
+
+    Validated before it is authorized: what is reviewed must be exactly what is then read, and
+    a second value is refused rather than one of them chosen (prom-label-proxy, behind, would
+    take their union).
+    """
+    try:
+        query = bytes(scope.get("query_string", b"")).decode()
+        pairs = parse_qsl(query, keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        return Refusal(400, "the query string is not UTF-8")
+    values = [v for k, v in pairs if k == parameter]
+    if len(values) != 1:
+        return Refusal(400, f"exactly one {parameter!r} query parameter is required")
+    if why := dns1123_label_problem(values[0]):
+        return Refusal(400, f"{parameter} {values[0][:64]!r}: {why}")
+    return values[0]
 
 
 def bearer_token(scope: Mapping[str, Any]) -> str | Refusal | None:
@@ -322,6 +356,11 @@ async def check(
     attributes = settings.attributes(method, str(scope.get("path", "")))
     if attributes is None:
         return Refusal(403, f"method {method} maps to no RBAC verb")
+    if settings.namespace_parameter:
+        namespace = query_namespace(scope, settings.namespace_parameter)
+        if isinstance(namespace, Refusal):
+            return namespace
+        attributes = dataclasses.replace(attributes, namespace=namespace)
     user = certificate_user(scope) if settings.client_certificates else None
     if user is None:
         token = bearer_token(scope)
@@ -403,4 +442,5 @@ __all__ = [
     "certificate_user",
     "check",
     "forbidden_line",
+    "query_namespace",
 ]

@@ -28,6 +28,8 @@ from urllib.parse import parse_qsl, urlencode
 import httpx
 
 from gpustack_core.names import dns1123_label_problem
+from gpustack_kube.reviews import Attributes
+from gpustack_serving.access import AccessReviewer, AccessSettings, Refusal, check
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -36,8 +38,9 @@ Authorize = Callable[[Scope, str], Awaitable[tuple[int, str] | None]]
 """``(scope, namespace)`` → ``None`` when the verified caller may read it, else (status, line)."""
 
 NAMESPACE_PARAM: Final = "namespace"
-METRICS_READ: Final = {"verb": "get", "group": "metrics.k8s.io", "resource": "pods"}
-"""What reading a namespace's metrics is, in SubjectAccessReview terms (OpenShift's choice)."""
+METRICS_READ: Final = Attributes(verb="get", group="metrics.k8s.io", resource="pods")
+"""What reading a namespace's metrics is, in SubjectAccessReview terms (OpenShift's choice);
+the namespace comes from the request."""
 PATHS: Final = frozenset(
     {
         "/api/v1/query",
@@ -79,6 +82,41 @@ def tenant_of(query: str, body: bytes, content_type: str) -> str | tuple[int, st
     if why := dns1123_label_problem(values[0]):
         return 400, f"namespace {values[0][:64]!r}: {why}"
     return values[0]
+
+
+def access_settings(ttl: float = 10.0) -> AccessSettings:
+    """The guard's settings for the gateway: :data:`METRICS_READ` in the parameter's namespace.
+
+    ``ttl``: seconds a verdict stands (a revoked RoleBinding stops working within it).
+    """
+    return AccessSettings(
+        paths=PATHS,
+        resource=METRICS_READ,
+        namespace_parameter=NAMESPACE_PARAM,
+        allowed_ttl=ttl,
+        denied_ttl=ttl,
+        token_ttl=ttl,
+    )
+
+
+def guarded(reviewer: AccessReviewer) -> Authorize:
+    """The gateway's :data:`Authorize`, made of the identity guard: the wiring is this one call.
+
+    TokenReview (or a verified client certificate), then the SubjectAccessReview of
+    :func:`access_settings` in the namespace the query names.
+    """
+    if reviewer.settings.namespace_parameter != NAMESPACE_PARAM:
+        raise ValueError("the gateway's reviewer must take the namespace from its parameter")
+
+    async def authorize(scope: Scope, namespace: str) -> tuple[int, str] | None:
+        verdict = await check(reviewer, scope)
+        if isinstance(verdict, Refusal):
+            return verdict.status, verdict.line
+        if verdict[1].namespace != namespace:  # both read the same query string; never differ
+            return 403, f"authorized for {verdict[1].namespace!r}, asked for {namespace!r}"
+        return None
+
+    return authorize
 
 
 def canonical_query(query: str, namespace: str) -> str:
