@@ -32,12 +32,15 @@ FAMILIES = ("gpustack_instance_memory_used_mib", "gpustack_instance_cores_utiliz
 
 
 def tenant_series(namespace: str, base: float) -> list[remotewrite.Series]:
-    """Two Instances of ``namespace``, both families, 5 samples each, values from ``base``."""
+    """Two Instances of ``namespace``, both families, 5 samples each, values from ``base``.
+
+    Oldest first: a receiver drops a sample older than one it already has for the series.
+    """
     out = []
     for i, instance in enumerate((f"{namespace}-qwen", f"{namespace}-llama")):
         for j, family in enumerate(FAMILIES):
             labels = {"__name__": family, "namespace": namespace, "instance": instance}
-            samples = [(NOW_MS - k * STEP_MS, base + 10 * i + j + k / 10) for k in range(5)]
+            samples = [(NOW_MS - k * STEP_MS, base + 10 * i + j + k / 10) for k in range(4, -1, -1)]
             out.append(remotewrite.Series(labels, samples))
     return out
 
@@ -45,7 +48,7 @@ def tenant_series(namespace: str, base: float) -> list[remotewrite.Series]:
 NODE_SERIES = [
     remotewrite.Series(
         {"__name__": "gpustack_accelerator_up", "node": "node-1"},
-        [(NOW_MS - k * STEP_MS, 900.0) for k in range(5)],
+        [(NOW_MS - k * STEP_MS, 900.0) for k in range(4, -1, -1)],
     )
 ]
 """A node-level series with no namespace: invisible to every tenant."""

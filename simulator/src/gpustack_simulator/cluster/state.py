@@ -34,6 +34,8 @@ INSTANCETYPES_CRD = packagedata.crd("instancetypes")
 """The InstanceType CRD (cluster-scoped): what an Instance's ``spec.type`` names."""
 INSTANCETYPEFLAVORS_CRD = packagedata.crd("instancetypeflavors")
 """The InstanceTypeFlavor CRD (cluster-scoped): the catalog the worker derives from the nodes."""
+METRICACCESS_CRD = packagedata.CRDS / "metricaccesses.observability.gpustack.ai.yaml"
+"""The MetricAccess CRD (namespaced, opt-in): a tenant's declared slice of metrics."""
 
 
 class Clock(Protocol):
@@ -120,7 +122,8 @@ class ClusterState:
 
     def __post_init__(self) -> None:
         self.faults = list(self.expanded.faults)
-        for crd in (INSTANCE_CRD, DEVICES_CRD, INSTANCETYPES_CRD, INSTANCETYPEFLAVORS_CRD):
+        for crd in (INSTANCE_CRD, DEVICES_CRD, INSTANCETYPES_CRD, INSTANCETYPEFLAVORS_CRD,
+                    METRICACCESS_CRD):  # fmt: skip
             if crd.is_file():
                 # The chart's CRDs, so a written object is checked as a cluster checks it.
                 for resource in from_crd(yaml.safe_load(crd.read_text())):

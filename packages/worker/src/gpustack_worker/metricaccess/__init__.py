@@ -1,0 +1,1 @@
+"""The MetricAccess controller: a tenant's declared slice, copied into its Prometheus."""
