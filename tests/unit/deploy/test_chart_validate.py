@@ -36,6 +36,8 @@ CRD_NAMES = (
     "instancetypeflavors.worker.gpustack.ai.yaml",
     "instancetypes.worker.gpustack.ai.yaml",
 )
+OPTIONAL_CRD_NAMES = ("metricaccesses.observability.gpustack.ai.yaml",)
+"""Installed by a template only when its feature is on (``multiTenantMetrics.enabled``)."""
 CERT_MANAGER = {("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v1", "Issuer")}
 VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[Path, ...]]] = {
     "defaults": ({}, ()),
@@ -157,7 +159,11 @@ def test_the_charts_crd_is_the_repositorys_byte_for_byte(name: str) -> None:
 
 def test_the_chart_ships_exactly_the_repositorys_crds() -> None:
     assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(CRD_NAMES)
-    assert sorted(p.name for p in (REPO / "clusters" / "crds").iterdir()) == sorted(CRD_NAMES)
+    assert sorted(p.name for p in (REPO / "clusters" / "crds").iterdir()) == sorted(
+        (*CRD_NAMES, *OPTIONAL_CRD_NAMES)
+    )
+    optional = sorted(p.name for p in (CHART / "optional-crds").iterdir())
+    assert optional == sorted(OPTIONAL_CRD_NAMES)
 
 
 @needs_helm
