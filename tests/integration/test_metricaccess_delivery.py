@@ -34,7 +34,7 @@ from prom_tenancy import (
 
 from gpustack_core.metricaccess import Target
 from gpustack_kube.client import KubeClient
-from gpustack_kube.config import load_config
+from gpustack_kube.config import KubeConfig, load_config
 from gpustack_simulator.controlplane.binaries import BinariesError, locate
 from gpustack_simulator.testing import cluster_standin
 from gpustack_worker.metricaccess.controller import (
@@ -67,6 +67,12 @@ def proms(tmp_path: Path) -> Iterator[Proms]:
     ):
         push(cluster, [*A_SERIES, *tenant_series(B, 200.0), *NODE_SERIES])
         yield Proms(proxy, tenant_a)
+
+
+def _admin(kubeconfig: Path) -> KubeConfig:
+    config = load_config(kubeconfig, context="admin")
+    assert config is not None
+    return config
 
 
 def _access(name: str, metrics: list[str], **spec: Any) -> dict[str, Any]:
@@ -111,7 +117,7 @@ async def test_a_metricaccess_delivers_a_s_slice_and_nothing_of_b(
 
     async with (
         cluster_standin("walkthrough", tmp_path / "standin") as cluster,
-        KubeClient(load_config(cluster.kubeconfig, context="admin")) as kube,
+        KubeClient(_admin(cluster.kubeconfig)) as kube,
     ):
         options = MetricAccessOptions(isolating_url=proms.proxy, resolve=resolve)
         controller = MetricAccessController(kube, options)
@@ -161,7 +167,7 @@ async def test_an_unreachable_target_is_reported_and_retried(proms: Proms, tmp_p
     closed = f"http://127.0.0.1:{free_port()}"
     async with (
         cluster_standin("walkthrough", tmp_path / "standin") as cluster,
-        KubeClient(load_config(cluster.kubeconfig, context="admin")) as kube,
+        KubeClient(_admin(cluster.kubeconfig)) as kube,
     ):
         options = MetricAccessOptions(isolating_url=proms.proxy, resolve=lambda _t: closed)
         controller = MetricAccessController(kube, options)

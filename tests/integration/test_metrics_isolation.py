@@ -118,7 +118,7 @@ def assert_isolated(stack: Stack, path: str, params: dict[str, Any]) -> httpx.Re
 
 
 def test_instant_query_sees_only_a(stack: Stack) -> None:
-    q = {"query": FAMILIES[0], "time": EVAL_AT}
+    q: dict[str, str | float] = {"query": FAMILIES[0], "time": EVAL_AT}
     answer = assert_isolated(stack, "/api/v1/query", q).json()
     assert {r["metric"]["instance"] for r in answer["data"]["result"]} == {
         f"{A}-qwen",
@@ -246,7 +246,7 @@ def _gateway_call(
     async def run() -> tuple[int, str]:
         async with httpx.AsyncClient() as upstream:
             app = MetricsGateway(stack.proxy, authorize, upstream)
-            transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+            transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
                 headers = {"content-type": "application/x-www-form-urlencoded"} if body else {}
                 method = "POST" if body else "GET"

@@ -57,20 +57,19 @@ class Upstream:
 
 
 async def _call(
-    path: str, query: str, token: str | None = "alice", settings: AccessSettings | None = None,
-    **headers: str,
+    path: str, query: str, token: str | None = "alice", **headers: str,
 ) -> tuple[httpx.Response, FakeApi, Upstream]:  # fmt: skip
     api, upstream = FakeApi(), Upstream()
     kube = KubeClient(
         KubeConfig("https://api.invalid", None, None, None, False, "default"),
         transport=httpx.MockTransport(api.handle),
     )
-    reviewer = AccessReviewer(kube.post, settings or access_settings(), lambda: 0.0)
+    reviewer = AccessReviewer(kube.post, access_settings(), lambda: 0.0)
     async with httpx.AsyncClient(transport=httpx.MockTransport(upstream.handle)) as http:
         app = MetricsGateway("http://plp", guarded(reviewer), http)
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="https://gw") as client:
             return await client.get(f"{path}?{query}", headers=headers), api, upstream
 
@@ -116,9 +115,8 @@ async def test_refusals(query: str, token: str | None, status: int, words: str) 
 
 
 async def test_an_identity_header_is_not_believed() -> None:
-    answer, _, upstream = await _call(
-        "/api/v1/query", "query=up&namespace=team-a", None, **{"X-Remote-User": ALICE}
-    )
+    headers = {"X-Remote-User": ALICE, "Impersonate-User": ALICE}
+    answer, _, upstream = await _call("/api/v1/query", "query=up&namespace=team-a", None, **headers)
     assert answer.status_code == 401
     assert upstream.seen == []
 
