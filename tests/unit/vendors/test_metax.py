@@ -8,30 +8,23 @@ from __future__ import annotations
 
 import ctypes
 import pickle
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 from recorded import ret_at
 from typer.testing import CliRunner
 from vendor_helpers import Script, slice_usages
 
-from gpustack_cli.main import app
 from gpustack_core.reasons import QueryReason
 from gpustack_core.units import bytes_to_mib
-from gpustack_simulator.recorder import RecordingProxy, exercise
-from gpustack_simulator.recording import Fault, Raises, Recording, call_key, load_recording
-from gpustack_simulator.replay import mxsml_standin
+from gpustack_simulator.recording import Fault, Raises, Recording, load_recording
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.replay.mxsml_lib import FakeMxsmlLib
-from gpustack_simulator.replay.mxsml_standin import MxsmlCodec, as_module
 from gpustack_simulator.synth.timeline import VirtualClock
 from gpustack_vendors.metax import backend as metax
 from gpustack_vendors.metax import mxsml
@@ -45,8 +38,6 @@ from gpustack_vendors.metax.mxsml import (
     MXSML_SUCCESS,
     Mxsml,
     MXSMLError,
-    MxsmlLibraryNotFound,
-    load_library,
     mxSmlBoardWayElectricInfo_t,
     mxSmlProcessInfo_v3_t,
 )
@@ -88,9 +79,8 @@ def recorded(request: pytest.FixtureRequest) -> Iterator[tuple[Recording, Any, V
 
 # -- the suite, over every MetaX recording -----------------------------------------------------
 
-
-def test_recordings_exist() -> None:
-    assert {p.name for p in METAX} >= {"c600.yaml"}
+# The round trip, lazy loading, the paths tried and the CLI's detect, alike for every
+# ctypes-bound manufacturer: tests/unit/vendors/test_vendor_suites.py (one row per vendor).
 
 
 def test_detect_reports_every_card_from_the_raw_answers(recorded: Any) -> None:
@@ -166,25 +156,6 @@ def test_unknown_device_reads_transient_memory_and_unsupported_compute(recorded:
 def test_partitions_answer_every_id_as_unsupported(recorded: Any) -> None:
     _, backend, _ = recorded
     assert backend.partitions(["sgpu-1"])["sgpu-1"].memory_reason is QueryReason.UNSUPPORTED
-
-
-@pytest.mark.parametrize("path", METAX, ids=lambda p: p.name)
-def test_record_of_replay_round_trips(path: Path) -> None:
-    original = load_recording(path)
-    clock = VirtualClock()
-    proxy = RecordingProxy(
-        as_module(mxsml_standin.build_binding(original, clock=clock)), MxsmlCodec(), clock=clock
-    )
-    assert original.loop_seconds is not None
-    exercise(
-        metax.MetaxBackend(proxy),
-        samples=round(original.loop_seconds / 15),
-        interval=15.0,
-        sleep=clock.sleep,
-    )
-    before = original.library("mxsml")
-    again = proxy.library("mxsml", before.binding)
-    assert {call_key(c): c for c in again.calls} == {call_key(c): c for c in before.calls}
 
 
 # -- named cases --------------------------------------------------------------------------------
@@ -411,59 +382,3 @@ def test_missing_symbol_is_function_not_found_and_the_rest_works() -> None:
     assert raised.value.value == MXSML_ERROR_FUNCTION_NOT_FOUND
     clone = pickle.loads(pickle.dumps(raised.value))
     assert (clone.value, clone.function) == (999, "mxSmlGetSingleGpuProcess_v3")
-
-
-# -- loading --------------------------------------------------------------------------------------
-
-LAZY = """
-import ctypes
-def refuse(*args, **kwargs):
-    raise SystemExit("a library was opened at import: " + repr(args))
-ctypes.CDLL = refuse
-import gpustack_vendors.metax.mxsml, gpustack_vendors.metax.backend, gpustack_vendors.loading
-"""
-
-
-def test_importing_the_binding_and_backend_opens_no_library() -> None:
-    done = subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-
-
-def test_load_library_names_every_path_tried(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("MXSML_LIB", str(tmp_path / "x" / "libmxsml.so"))
-    monkeypatch.setenv("MACA_HOME", str(tmp_path / "maca"))
-    with pytest.raises(MxsmlLibraryNotFound) as raised:
-        load_library()
-    assert raised.value.tried == (
-        str(tmp_path / "x" / "libmxsml.so"),
-        "/opt/mxdriver/lib/libmxsml.so",
-        str(tmp_path / "maca" / "lib64" / "libmxsml.so"),
-        str(tmp_path / "maca" / "lib" / "libmxsml.so"),
-        "/opt/mxn100/lib/libmxsml.so",
-        "libmxsml.so",
-    )
-    assert all(path in str(raised.value) for path in raised.value.tried)
-
-
-def test_detect_without_the_library_is_one_clear_line(tmp_path: Path) -> None:
-    env = {"MXSML_LIB": "", "MACA_HOME": str(tmp_path / "maca")}
-    result = runner.invoke(app, ["device-manager", "detect", "--manufacturer", "metax"], env=env)
-    assert result.exit_code == 1
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1, result.output
-    assert "libmxsml.so could not be loaded" in lines[0]
-    assert "/opt/mxdriver/lib/libmxsml.so" in lines[0]
-    assert str(tmp_path / "maca" / "lib64" / "libmxsml.so") in lines[0]
-
-
-def test_detect_simulate_lists_the_cards() -> None:
-    result = runner.invoke(app, ["device-manager", "detect", "--simulate", str(C600)])
-    assert result.exit_code == 0, result.output
-    detection = yaml.safe_load(result.output)
-    assert detection["manufacturer"] == "metax"
-    assert [(d["id"], d["name"], d["pci_bus_id"]) for d in detection["devices"]] == [
-        ("GPU-6e1f9a42-3b7c-4d85-a0e9-52c8f1d7b364", "MXC600", "0000:0e:00.0"),
-        ("GPU-b70d25c8-91e4-4f3a-86d2-0c5e7a4f19b8", "MXC600", "0000:0f:00.0"),
-    ]
