@@ -9,6 +9,9 @@ Two targets, one suite: the cluster stand-in (the default) and, with
 built from their Go modules (``./dev e2e-real``). A test that needs what only the stand-in has
 (its ``/simulator/v1`` control endpoint that moves scenario time or injects faults) skips on
 the real one, saying so.
+
+``server`` is etcd and kube-apiserver alone (:mod:`apiserver_fixture`), for the tests of what
+only the real server decides (admission CEL, bound tokens, reviews); one per test module.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 import yaml
+from apiserver_fixture import Server, running_apiserver
 from e2e_system import CONTROL_PLANE, System, cli
 
 from gpustack_simulator.up import Endpoints
@@ -38,3 +42,10 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     finally:
         stopped = cli("simulator", "down", "--state-dir", str(state_dir))
         assert stopped.returncode == 0, stopped.stderr
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """etcd and kube-apiserver with the control plane's usual flags, for one test module."""
+    with running_apiserver(tmp_path_factory.mktemp("apiserver")) as ready:
+        yield ready

@@ -20,16 +20,13 @@ from typing import Any
 
 import pytest
 import yaml
+from apiserver_fixture import CHART, SYSTEM, Server, helm
 from e2e_system import CONTROL_PLANE
-from test_pod_webhook_outage_real import Server, _helm, server  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.skipif(
     CONTROL_PLANE != "real", reason="helm installs into a real kube-apiserver (./dev e2e-real)"
 )
 
-REPO = Path(__file__).resolve().parents[3]
-CHART = REPO / "clusters" / "chart"
-SYSTEM = "gpustack-system"
 MOVED = "gpustack.ai/nvidia-gpu"
 
 
@@ -81,12 +78,11 @@ def _env(kubeconfig: Path, kind: str, name: str) -> dict[str, str]:
 
 
 def test_install_then_the_documented_upgrade_to_the_coexistence_values(
-    server: Server,  # noqa: F811
+    server: Server,
     tmp_path: Path,
 ) -> None:
     kubeconfig = _kubeconfig(server, tmp_path / "kubeconfig")
-    helm = _helm()
-    _run(helm, "install", "gpustack-operator", str(CHART), "--namespace", SYSTEM,
+    _run(helm(), "install", "gpustack-operator", str(CHART), "--namespace", SYSTEM,
          "--create-namespace", "--set", "worker.logLevel=debug", kubeconfig=kubeconfig)  # fmt: skip
     for kind, name in (
         ("crd", "instances.worker.gpustack.ai"),
@@ -103,7 +99,7 @@ def test_install_then_the_documented_upgrade_to_the_coexistence_values(
     # docs/deploy.md, "Upgrade and uninstall": the CRDs first, server-side, then the upgrade.
     _run("kubectl", "apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"),
          kubeconfig=kubeconfig)  # fmt: skip
-    _run(helm, "upgrade", "gpustack-operator", str(CHART), "--namespace", SYSTEM,
+    _run(helm(), "upgrade", "gpustack-operator", str(CHART), "--namespace", SYSTEM,
          "--reset-then-reuse-values", "--set", f"resourceNames.nvidia={MOVED}",
          kubeconfig=kubeconfig)  # fmt: skip
     conditions = _pod_hook_names(kubeconfig)

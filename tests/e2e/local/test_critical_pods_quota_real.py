@@ -14,27 +14,19 @@ Runs with ``GPUSTACK_E2E_CONTROL_PLANE=real``; skipped otherwise.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
+from apiserver_fixture import SYSTEM, Server, render_chart, running_apiserver
 from e2e_system import CONTROL_PLANE
-from test_pod_webhook_outage_real import Server, _free_ports, _helm
-
-from gpustack_simulator.controlplane import binaries, components
-from gpustack_simulator.controlplane.pki import ControlPlanePKI
 
 pytestmark = pytest.mark.skipif(
     CONTROL_PLANE != "real", reason="quota admission is kube-apiserver's (./dev e2e-real)"
 )
 
-REPO = Path(__file__).resolve().parents[3]
-SYSTEM = "gpustack-system"
 CRITICAL = ["system-node-critical", "system-cluster-critical"]
 LIMITED = {
     "apiVersion": "apiserver.config.k8s.io/v1",
@@ -63,56 +55,14 @@ LIMITED = {
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """etcd and kube-apiserver with critical priority classes limited, as on GKE."""
     root = tmp_path_factory.mktemp("apiserver-limited")
-    found = binaries.locate(("etcd", "kube-apiserver"))
-    pki = ControlPlanePKI.create(root / "pki", ["127.0.0.1"])
-    ports = components.Ports(*_free_ports(5))
-    tokens = root / "tokens.csv"
-    tokens.write_text("")
     admission = root / "admission.yaml"
     admission.write_text(yaml.safe_dump(LIMITED))
-    commands = [
-        components.etcd(found["etcd"], root / "etcd", ports),
-        [
-            *components.apiserver(found["kube-apiserver"], pki, ports, "127.0.0.1", tokens),
-            "--endpoint-reconciler-type=none",
-            f"--admission-control-config-file={admission}",
-        ],
-    ]
-    started = []
-    try:
-        for command in commands:
-            with (root / f"{Path(command[0]).name}.log").open("w") as log:
-                started.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
-        admin = (str(pki.admin.cert), str(pki.admin.key))
-        ready = Server(f"https://127.0.0.1:{ports.apiserver}", pki.ca, admin)
-        deadline = time.monotonic() + 180
-        with ready.client() as client:
-            while True:
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert all(p.poll() is None for p in started), root / "kube-apiserver.log"
-                assert time.monotonic() < deadline, "kube-apiserver never answered /readyz"
-                time.sleep(1)
+    with running_apiserver(root, [f"--admission-control-config-file={admission}"]) as ready:
         yield ready
-    finally:
-        for process in reversed(started):
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
 
 
 def _quota() -> dict[str, Any]:
-    done = subprocess.run(
-        [_helm(), "template", "gpustack-operator", str(REPO / "clusters" / "chart"),
-         "--namespace", SYSTEM],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    [quota] = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "ResourceQuota"]
+    [quota] = [d for d in render_chart() if d["kind"] == "ResourceQuota"]
     return quota
 
 

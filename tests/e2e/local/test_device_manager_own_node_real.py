@@ -4,38 +4,32 @@ RBAC cannot scope ``patch pods`` by node, and the Device Manager's token is on e
 The chart binds its Pod writes to its node with a ValidatingAdmissionPolicy on the request's
 ``authentication.kubernetes.io/node-name`` extra, which kube-apiserver derives from a token
 bound to a Pod (the token the kubelet mounts). Only a real kube-apiserver issues such tokens and
-evaluates the policy, so this runs etcd and kube-apiserver alone (as
-``test_pod_webhook_outage_real.py`` does), applies the chart's own Device Manager objects as
-rendered (ServiceAccount, ClusterRole, binding, policy), stores two Nodes with a Device Manager
-Pod and a tenant Pod on each, and asks with the tokens those Device Manager Pods would get:
-node A's token may patch the Pod on node A, and is refused on node B by the real authorizer
-and admission; a token bound to no Pod is refused everywhere; other users are not affected.
+evaluates the policy, so this runs etcd and kube-apiserver alone (``apiserver_fixture``),
+applies the chart's own Device Manager objects as rendered (ServiceAccount, ClusterRole,
+binding, policy), stores two Nodes with a Device Manager Pod and a tenant Pod on each, and
+asks with the tokens those Device Manager Pods would get: node A's token may patch the Pod on
+node A, and is refused on node B by the real authorizer and admission; a token bound to no
+Pod is refused everywhere; other users are not affected.
 
 Runs with ``GPUSTACK_E2E_CONTROL_PLANE=real``; skipped otherwise.
 """
 
 from __future__ import annotations
 
-import ssl
-import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
+from apiserver_fixture import SYSTEM, Server, created, render_chart
 from e2e_system import CONTROL_PLANE
-from test_pod_webhook_outage_real import Server, _helm, server  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.skipif(
     CONTROL_PLANE != "real",
     reason="bound tokens and ValidatingAdmissionPolicies need a real kube-apiserver",
 )
 
-REPO = Path(__file__).resolve().parents[3]
-SYSTEM = "gpustack-system"
 DM = "gpustack-operator-device-manager"
 TEAM = "team-a"
 PATCH = {"Content-Type": "application/strategic-merge-patch+json"}
@@ -54,13 +48,7 @@ APPLIED = {
 
 def _chart_objects() -> list[dict[str, Any]]:
     """The chart's Device Manager identity and policy, rendered with the defaults."""
-    done = subprocess.run(
-        [_helm(), "template", "gpustack-operator", str(REPO / "clusters" / "chart"),
-         "--namespace", SYSTEM],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    rendered = [d for d in yaml.safe_load_all(done.stdout) if d]
-    chosen = [d for d in rendered if (d["kind"], d["metadata"]["name"]) in APPLIED]
+    chosen = [d for d in render_chart() if (d["kind"], d["metadata"]["name"]) in APPLIED]
     assert len(chosen) == len(APPLIED), sorted((d["kind"], d["metadata"]["name"]) for d in chosen)
     return chosen
 
@@ -79,33 +67,26 @@ def _pod(name: str, node: str, account: str = "default") -> dict[str, Any]:
     }
 
 
-def _created(client: httpx.Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    made = client.post(path, json=body)
-    assert made.status_code == 201, made.text
-    result: dict[str, Any] = made.json()
-    return result
-
-
 @pytest.fixture(scope="module")
-def tokens(server: Server) -> Iterator[dict[str, str]]:  # noqa: F811
+def tokens(server: Server) -> Iterator[dict[str, str]]:
     """Tokens of the Device Manager's account: bound to its Pod on each node, and unbound."""
     with server.client() as admin:
         for name in (SYSTEM, TEAM):
             namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-            _created(admin, "/api/v1/namespaces", namespace)
+            created(admin, "/api/v1/namespaces", namespace)
         made = admin.post(
             f"/api/v1/namespaces/{TEAM}/serviceaccounts",
             json={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
         )
         assert made.status_code in (201, 409), made.text  # 409: a controller made it
         for obj in _chart_objects():
-            _created(admin, APPLIED[obj["kind"], obj["metadata"]["name"]], obj)
+            created(admin, APPLIED[obj["kind"], obj["metadata"]["name"]], obj)
         found: dict[str, str] = {}
         for node in ("node-a", "node-b"):
-            _created(admin, "/api/v1/nodes",
+            created(admin, "/api/v1/nodes",
                      {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})  # fmt: skip
-            _created(admin, f"/api/v1/namespaces/{TEAM}/pods", _pod(f"tenant-{node}", node))
-            dm = _created(admin, f"/api/v1/namespaces/{SYSTEM}/pods", _pod(f"dm-{node}", node, DM))
+            created(admin, f"/api/v1/namespaces/{TEAM}/pods", _pod(f"tenant-{node}", node))
+            dm = created(admin, f"/api/v1/namespaces/{SYSTEM}/pods", _pod(f"dm-{node}", node, DM))
             request = {
                 "apiVersion": "authentication.k8s.io/v1",
                 "kind": "TokenRequest",
@@ -120,24 +101,13 @@ def tokens(server: Server) -> Iterator[dict[str, str]]:  # noqa: F811
                 },
             }
             path = f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{DM}/token"
-            found[node] = _created(admin, path, request)["status"]["token"]
+            found[node] = created(admin, path, request)["status"]["token"]
         unbound = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                    "spec": {"expirationSeconds": 3600}}  # fmt: skip
-        found["unbound"] = _created(
+        found["unbound"] = created(
             admin, f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{DM}/token", unbound
         )["status"]["token"]
         yield found
-
-
-def _as(api: Server, token: str) -> httpx.Client:
-    context = ssl.create_default_context(cafile=str(api.ca))
-    return httpx.Client(
-        base_url=api.url,
-        verify=context,
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=30,
-        trust_env=False,
-    )
 
 
 def _patch(client: httpx.Client, pod: str, value: str) -> httpx.Response:
@@ -155,9 +125,9 @@ def _refused_once_in_force(client: httpx.Client, pod: str) -> httpx.Response:
         time.sleep(0.5)
 
 
-def test_the_token_names_its_pods_node(server: Server, tokens: dict[str, str]) -> None:  # noqa: F811
+def test_the_token_names_its_pods_node(server: Server, tokens: dict[str, str]) -> None:
     review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
-    with _as(server, tokens["node-a"]) as client:
+    with server.as_token(tokens["node-a"]) as client:
         made = client.post("/apis/authentication.k8s.io/v1/selfsubjectreviews", json=review)
     assert made.status_code == 201, made.text
     user = made.json()["status"]["userInfo"]
@@ -166,10 +136,10 @@ def test_the_token_names_its_pods_node(server: Server, tokens: dict[str, str]) -
 
 
 def test_a_device_manager_patches_its_own_nodes_pod_and_no_other(
-    server: Server,  # noqa: F811
+    server: Server,
     tokens: dict[str, str],
 ) -> None:
-    with _as(server, tokens["node-a"]) as node_a, _as(server, tokens["node-b"]) as node_b:
+    with server.as_token(tokens["node-a"]) as node_a, server.as_token(tokens["node-b"]) as node_b:
         refused = _refused_once_in_force(node_a, "tenant-node-b")
         assert refused.status_code == 403, refused.text
         assert (
@@ -187,17 +157,17 @@ def test_a_device_manager_patches_its_own_nodes_pod_and_no_other(
 
 
 def test_a_token_bound_to_no_pod_is_refused_everywhere(
-    server: Server,  # noqa: F811
+    server: Server,
     tokens: dict[str, str],
 ) -> None:
-    with _as(server, tokens["unbound"]) as client:
+    with server.as_token(tokens["unbound"]) as client:
         for pod in ("tenant-node-a", "tenant-node-b"):
             refused = _refused_once_in_force(client, pod)
             assert refused.status_code == 403, refused.text
             assert "names no node" in refused.json()["message"]
 
 
-def test_other_users_are_not_judged(server: Server, tokens: dict[str, str]) -> None:  # noqa: F811
+def test_other_users_are_not_judged(server: Server, tokens: dict[str, str]) -> None:
     with server.client() as admin:
         answer = _patch(admin, "tenant-node-b", "admin")
     assert answer.status_code == 200, answer.text

@@ -16,124 +16,30 @@ skipped otherwise.
 from __future__ import annotations
 
 import base64
-import shutil
-import socket
-import ssl
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
+from apiserver_fixture import Server, free_ports, render_chart
 from e2e_system import CONTROL_PLANE
-
-from gpustack_simulator.controlplane import binaries, components
-from gpustack_simulator.controlplane.pki import ControlPlanePKI
 
 pytestmark = pytest.mark.skipif(
     CONTROL_PLANE != "real",
     reason="matchConditions are evaluated by a real kube-apiserver only (./dev e2e-real)",
 )
 
-REPO = Path(__file__).resolve().parents[3]
 WORKER = "gpustack-operator-worker"
 REFUSED = 'failed calling webhook "pods.mutate.worker.gpustack.ai"'
 OPT_OUT = {"gpustack.ai/pod-webhook": "disabled"}
 
 
-@dataclass
-class Server:
-    url: str
-    ca: Path
-    cert: tuple[str, str]
-
-    def client(self) -> httpx.Client:
-        context = ssl.create_default_context(cafile=str(self.ca))
-        context.load_cert_chain(*self.cert)
-        return httpx.Client(base_url=self.url, verify=context, timeout=30, trust_env=False)
-
-
-def _free_ports(count: int) -> list[int]:
-    held = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        held.append(sock)
-    ports = [int(s.getsockname()[1]) for s in held]
-    for sock in held:
-        sock.close()
-    return ports
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("apiserver")
-    found = binaries.locate(("etcd", "kube-apiserver"))
-    pki = ControlPlanePKI.create(root / "pki", ["127.0.0.1"])
-    ports = components.Ports(*_free_ports(5))
-    tokens = root / "tokens.csv"
-    tokens.write_text("")
-    commands = [
-        components.etcd(found["etcd"], root / "etcd", ports),
-        # On loopback alone: no Service endpoints to reconcile for it (they refuse loopback).
-        [
-            *components.apiserver(found["kube-apiserver"], pki, ports, "127.0.0.1", tokens),
-            "--endpoint-reconciler-type=none",
-        ],
-    ]
-    started = []
-    try:
-        for command in commands:
-            with (root / f"{Path(command[0]).name}.log").open("w") as log:
-                started.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
-        ready = Server(
-            f"https://127.0.0.1:{ports.apiserver}",
-            pki.ca,
-            (str(pki.admin.cert), str(pki.admin.key)),
-        )
-        deadline = time.monotonic() + 180
-        with ready.client() as client:
-            while True:
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert all(p.poll() is None for p in started), root / "kube-apiserver.log"
-                assert time.monotonic() < deadline, "kube-apiserver never answered /readyz"
-                time.sleep(1)
-        yield ready
-    finally:
-        for process in reversed(started):
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-
-def _helm() -> str:
-    cached = REPO / ".tools" / "helm" / "helm"
-    found = str(cached) if cached.is_file() else shutil.which("helm")
-    if found is None:
-        pytest.skip("helm renders the chart: run `./dev tools-helm`")
-    return found
-
-
 def _webhooks_with_the_worker_down() -> list[dict[str, Any]]:
     """The chart's two webhook configurations, each hook's client a port nothing listens on."""
-    done = subprocess.run(
-        [_helm(), "template", "gpustack-operator", str(REPO / "clusters" / "chart"),
-         "--namespace", "gpustack-system"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    [closed] = _free_ports(1)
+    [closed] = free_ports(1)
     kinds = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-    configurations = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] in kinds]
+    configurations = [d for d in render_chart() if d["kind"] in kinds]
     assert len(configurations) == 2
     for configuration in configurations:
         for hook in configuration["webhooks"]:
