@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 GZIP_LEVEL: Final = 6
 """zlib's default: within a few percent of level 9 on exposition text, at a third of the CPU."""
@@ -33,8 +33,36 @@ class Encoded:
 
     def matches(self, if_none_match: str) -> bool:
         """Whether an ``If-None-Match`` header names this body (``*`` or a listed tag)."""
-        tags = {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
-        return "*" in tags or self.etag in tags
+        return etag_matches(self.etag, if_none_match)
+
+
+class Served(Protocol):
+    """What a route hands over: :class:`Encoded`, or a round's exposition made on demand."""
+
+    @property
+    def identity(self) -> bytes:
+        """The body as is."""
+        ...
+
+    @property
+    def gzipped(self) -> bytes:
+        """The body gzipped."""
+        ...
+
+    @property
+    def etag(self) -> str:
+        """The strong tag naming the body's content."""
+        ...
+
+    def matches(self, if_none_match: str) -> bool:
+        """Whether ``If-None-Match`` names this body."""
+        ...
+
+
+def etag_matches(etag: str, if_none_match: str) -> bool:
+    """Whether ``If-None-Match`` names ``etag`` (``*``, or listed; weak comparison as for GET)."""
+    tags = {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
+    return "*" in tags or etag in tags
 
 
 def accepts_gzip(accept_encoding: str) -> bool:
@@ -59,4 +87,4 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return allowed.get("*", False)
 
 
-__all__ = ["GZIP_LEVEL", "Encoded", "accepts_gzip"]
+__all__ = ["GZIP_LEVEL", "Encoded", "Served", "accepts_gzip", "etag_matches"]

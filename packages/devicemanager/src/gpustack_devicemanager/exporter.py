@@ -1,8 +1,9 @@
 """The node exporter's round: which series exist and what they say, decided once per period.
 
 Pure composition lives here (role, Instance Pods, samples through the same core code as the
-subresource); the poller around it only fetches. A scrape never does I/O: it serves the bytes the
-last round rendered.
+subresource); the poller around it only fetches. A scrape never does I/O: the round's first scrape
+of a format renders it (off the loop, only what changed since the last round), the others serve
+those bytes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from gpustack_core.snapshot import (
     MonitorSnapshot,
 )
 from gpustack_core.usage import DeclaredTotals
-from gpustack_devicemanager.exposition import ExpositionHolder, Family, Rendered, render
+from gpustack_devicemanager.exposition import ExpositionHolder, Family
 from gpustack_devicemanager.holder import SnapshotHolder
 from gpustack_devicemanager.podview import PodEntry, decoded
 from gpustack_kube.client import KubeClient, KubeError
@@ -355,8 +356,8 @@ async def read_inputs(
     )
 
 
-def _render_round(inputs: RoundInputs) -> Rendered:
-    return render(compose(inputs).families)
+def _compose_round(inputs: RoundInputs) -> list[Family]:
+    return compose(inputs).families
 
 
 async def run_exporter(
@@ -365,20 +366,21 @@ async def run_exporter(
     *,
     period: float,
     wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-    run_sync: Callable[[Callable[[RoundInputs], Rendered], RoundInputs], Awaitable[Rendered]] = (
-        trio.to_thread.run_sync
-    ),
+    run_sync: Callable[
+        [Callable[[RoundInputs], list[Family]], RoundInputs], Awaitable[list[Family]]
+    ] = trio.to_thread.run_sync,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Render a round from each snapshot the monitor publishes; a round never reuses figures.
+    """Compose a round from each snapshot the monitor publishes; a round never reuses figures.
 
     The round is triggered by the publish, not by a timer of its own: a timer drifts against
     the monitor's, so ``/metrics`` served figures up to a period older than the snapshot
     beside it, and a render could coincide with a tick. The kubelet is still read afresh in
     every round. When no snapshot comes for ``period`` plus half of it (ticks have stopped), a
     round runs anyway, so the collector's ``snapshot`` success gauge falls to 0 instead of the
-    last good figures staying up. ``run_sync`` takes the render off the loop (inline in
-    tests under a mock clock, which would otherwise jump while the thread renders).
+    last good figures staying up. ``run_sync`` takes the compose off the loop (inline in
+    tests under a mock clock, which would otherwise jump while the thread works). The round
+    publishes families; each format is rendered when a scrape first asks for it.
     """
     freshness = Freshness(min(timedelta(seconds=period), MAX_MONITOR_PERIOD))
     # Before the first tick, wait for it; with a snapshot already there, build on it at once.
@@ -388,7 +390,6 @@ async def run_exporter(
     while True:
         seen = await source.holder.next_publication(seen, timeout=period * 1.5)
         inputs = await read_inputs(source, wall_clock(), freshness)
-        # Rendering ~10k series takes tens of ms: off the loop, so scrapes and probes keep
+        # Composing ~10k series takes tens of ms: off the loop, so scrapes and probes keep
         # being answered while a round is built.
-        rendered = await run_sync(_render_round, inputs)
-        exposition.publish(rendered)
+        exposition.publish(await run_sync(_compose_round, inputs))

@@ -1,4 +1,4 @@
-"""Rendering a round's families once, in both exposition formats, for bytes-only scrapes."""
+"""A round's families, rendered per format on demand, and how a scrape picks its format."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import trio
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest as generate_text
@@ -14,7 +15,14 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from gpustack_devicemanager.encoded import Encoded
+from gpustack_devicemanager.incremental import (
+    Body,
+    FamilyState,
+    Piece,
+    Renderer,
+    openmetrics_pieces,
+    text_pieces,
+)
 
 TEXT = CONTENT_TYPE_LATEST
 
@@ -47,12 +55,65 @@ class _RoundCollector(Collector):
         return metrics
 
 
-@dataclass(frozen=True)
 class Rendered:
-    """A round's exposition in both formats, each also gzipped once."""
+    """A round's exposition: each format rendered when first asked for, then kept.
 
-    text_body: Encoded
-    openmetrics_body: Encoded
+    Rendering is incremental across rounds (:mod:`gpustack_devicemanager.incremental`): the
+    ``renderer`` keeps what the last render made, so only changed families cost anything.
+    One thread at a time renders with a given renderer (:meth:`ExpositionHolder.prepare`).
+    """
+
+    def __init__(self, families: Sequence[Family], renderer: Renderer | None = None) -> None:
+        self.families = families
+        self._renderer = renderer if renderer is not None else Renderer()
+        self._lines: list[tuple[FamilyState, Piece]] | None = None
+        self._client: tuple[bytes, bytes] | None = None
+        self._bodies: dict[bool, Body] = {}
+
+    def body(self, openmetrics: bool) -> Body:
+        """One format's body (its ``ETag`` made; identity and gzip bytes on first use)."""
+        found = self._bodies.get(openmetrics)
+        if found is not None:
+            return found
+        if self._lines is None and self._client is None:
+            self._lines = self._renderer.pieces(
+                [(f.name, f.documentation, f.labels, f.samples) for f in self.families]
+            )
+            if self._lines is None:
+                self._client = _render_with_client(self.families)
+        if self._client is not None:
+            pieces = [Piece(self._client[1 if openmetrics else 0])]
+        elif openmetrics:
+            pieces = openmetrics_pieces(self._lines or [])
+        else:
+            pieces = text_pieces(self._lines or [])
+        made = self._bodies[openmetrics] = Body(pieces)
+        return made
+
+    def ready(self, openmetrics: bool, gzipped: bool) -> bool:
+        """Whether a scrape of this format and encoding only hands over bytes made already."""
+        found = self._bodies.get(openmetrics)
+        if found is None:
+            return False
+        return found.compressed() if gzipped else "identity" in found.__dict__
+
+    def make(self, openmetrics: bool, gzipped: bool) -> None:
+        """Make what such a scrape serves (in a worker thread: tens of ms at the bound)."""
+        body = self.body(openmetrics)
+        if gzipped:
+            body.gzipped  # noqa: B018 - made and kept (cached_property)
+        else:
+            body.identity  # noqa: B018
+
+    @property
+    def text_body(self) -> Body:
+        """The classic text exposition."""
+        return self.body(False)
+
+    @property
+    def openmetrics_body(self) -> Body:
+        """The OpenMetrics exposition."""
+        return self.body(True)
 
     @property
     def text(self) -> bytes:
@@ -66,9 +127,8 @@ class Rendered:
 
 
 def render(families: Sequence[Family]) -> Rendered:
-    """Render and compress once; scrapes choose a format and an encoding and write bytes."""
-    text, openmetrics = _render_direct(families) or _render_with_client(families)
-    return Rendered(Encoded.of(text), Encoded.of(openmetrics))
+    """A round on its own (no earlier round to build on); formats are rendered when read."""
+    return Rendered(families)
 
 
 def _render_with_client(families: Sequence[Family]) -> tuple[bytes, bytes]:
@@ -135,20 +195,41 @@ def _render_direct(families: Sequence[Family]) -> tuple[bytes, bytes] | None:
 
 
 class ExpositionHolder:
-    """The latest rendered round; before the first, an empty exposition."""
+    """The latest round; before the first, an empty exposition.
+
+    A round is published as families and rendered per format when a scrape first asks for it
+    (:meth:`prepare`), so a round nobody scrapes renders nothing and a format nobody asks for
+    is never made. Later scrapes of the round only hand over the bytes made for the first.
+    """
 
     def __init__(self) -> None:
-        self.current = render(())
+        self._renderer = Renderer()
+        self.current = Rendered((), self._renderer)
+        self._making = trio.Lock()
 
-    def publish(self, rendered: Rendered) -> None:
-        """Swap in a round's bytes atomically."""
-        self.current = rendered
+    def publish(self, families: Sequence[Family]) -> None:
+        """Swap in a round's families atomically; its bytes are made on demand."""
+        self.current = Rendered(families, self._renderer)
 
-    def negotiate(self, accept: str) -> tuple[Encoded, str]:
-        """The body and content type for a scrape's ``Accept`` header."""
+    def negotiate(self, accept: str) -> tuple[Body, str]:
+        """The body and content type for a scrape's ``Accept`` header (made here if need be)."""
         if prefers_openmetrics(accept):
             return self.current.openmetrics_body, OPENMETRICS
         return self.current.text_body, TEXT
+
+    async def prepare(self, accept: str, *, gzipped: bool) -> tuple[Body, str]:
+        """Like :meth:`negotiate`, making a format's bytes off the event loop the first time.
+
+        Scrapes that arrive while it is being made wait for it rather than make it again; one
+        render at a time also keeps the renderer's state to one thread.
+        """
+        current = self.current
+        openmetrics = prefers_openmetrics(accept)
+        if not current.ready(openmetrics, gzipped):
+            async with self._making:
+                if not current.ready(openmetrics, gzipped):
+                    await trio.to_thread.run_sync(current.make, openmetrics, gzipped)
+        return current.body(openmetrics), OPENMETRICS if openmetrics else TEXT
 
 
 def _media_ranges(accept: str) -> list[tuple[str, float]]:

@@ -18,7 +18,7 @@ import msgspec
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from gpustack_devicemanager.encoded import Encoded, accepts_gzip
+from gpustack_devicemanager.encoded import Served, accepts_gzip
 from gpustack_devicemanager.exposition import ExpositionHolder
 from gpustack_devicemanager.health import Liveness
 from gpustack_devicemanager.holder import SnapshotHolder
@@ -29,7 +29,7 @@ JSON = "application/json"
 NOT_FOUND = "404 page not found\n"
 
 
-def _serve(encoded: Encoded, content_type: str) -> Response:
+def _serve(encoded: Served, content_type: str) -> Response:
     """The pre-made bytes: gzip when the client takes it, 304 when it has them already."""
     headers = {"ETag": encoded.etag, "Vary": "Accept-Encoding"}
     if encoded.matches(request.headers.get("If-None-Match", "")):
@@ -69,7 +69,12 @@ def build_app(
     async def metrics() -> Response:
         if exposition is None:
             return Response("404 page not found\n", status=404)
-        body, content_type = exposition.negotiate(request.headers.get("Accept", ""))
+        # The round's first scrape of a format makes its bytes off the loop; the rest only
+        # hand them over (a 304 still names the body, so its tag is made either way).
+        body, content_type = await exposition.prepare(
+            request.headers.get("Accept", ""),
+            gzipped=accepts_gzip(request.headers.get("Accept-Encoding", "")),
+        )
         return _serve(body, content_type)
 
     @app.route("/readyz")
