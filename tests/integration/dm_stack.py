@@ -29,6 +29,7 @@ from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.recording import ProcEntry, load_recording
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.testing import cluster_standin
+from patience import HANG
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
 SCENARIOS = RECORDINGS / "scenarios"
@@ -63,7 +64,7 @@ class Stack:
     async def next_tick(self) -> MonitorSnapshot:
         """Wait for a tick that started after now (the informer has synced by then)."""
         before = self.daemon.holder.current.completed_at
-        with trio.fail_after(20):
+        with trio.fail_after(HANG):
             while self.daemon.holder.current.completed_at == before:
                 await trio.sleep(0.05)
         return (await self.snapshot())[1]
@@ -94,7 +95,7 @@ async def open_stack(scenario: str | Path, tmp_path: Path) -> AsyncIterator[Stac
             )
             try:
                 stack = Stack(cluster, running, proc_root, procs)
-                with trio.fail_after(20):
+                with trio.fail_after(HANG):
                     while running.informer is None or not running.informer.synced:
                         await trio.sleep(0.05)
                 await stack.next_tick()

@@ -43,6 +43,8 @@ from gpustack_worker.settings import OperatorSettings
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "deploy"))
 from chart_helm import KIND_VALUES, NAMESPACE, needs_helm, render
 
+from patience import HANG
+
 pytestmark = needs_helm
 
 WORKER_SA = "gpustack-operator-worker"
@@ -206,7 +208,7 @@ async def _exercise_settings(stack: WorkerStack) -> None:
     """
     merge = [("Content-Type", "application/merge-patch+json")]
     settings = "/apis/gpustack.ai/v1/namespaces/gpustack-system/settings"
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         while (
             "resourceVersion"
             not in (await stack.as_aggregator(settings)).json()["items"][0]["metadata"]
@@ -332,7 +334,7 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
             assert answered.status_code == 200, answered.text
     # The Device Manager's informer watches and its exporter reads the kubelet on its own
     # schedule; wait for both rather than assume a round has run.
-    with trio.fail_after(30):
+    with trio.fail_after(HANG):
         while not {("watch", ""), ("get", "proxy")} <= {
             (r.verb, r.subresource) for r in seen if r.user == "device-manager"
         }:
@@ -343,7 +345,7 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
     def asked(user: str) -> set[tuple[str, str, str]]:
         return {(r.verb, r.resource, r.subresource) for r in seen if r.user == user}
 
-    with trio.fail_after(30):
+    with trio.fail_after(HANG):
         while not {
             ("create", "nodefeatures", ""),
             ("create", "devices", ""),
@@ -356,13 +358,13 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
             edited = dict(obj)
             edited["spec"] = {"labels": {}} if kind == "NodeFeature" else {"groups": []}
             store.put(kind, edited)
-    with trio.fail_after(30):
+    with trio.fail_after(HANG):
         while not {("update", "nodefeatures", ""), ("update", "devices", "")} <= asked(
             "device-manager"
         ):
             await trio.sleep(0.2)
     # The worker's NodeFeature per Node: created, then updated when a Node's CPU model changes.
-    with trio.fail_after(30):
+    with trio.fail_after(HANG):
         while ("create", "nodefeatures", "") not in asked("worker"):
             await trio.sleep(0.2)
     node = store.list("Node")[0]
@@ -372,7 +374,7 @@ async def _exercise(stack: WorkerStack, seen: list[Request]) -> None:
         "Node",
         {**node, "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), **cpu}}},
     )
-    with trio.fail_after(30):
+    with trio.fail_after(HANG):
         while ("update", "nodefeatures", "") not in asked("worker"):
             await trio.sleep(0.2)
     await _exercise_instance_controller(stack, asked)
@@ -425,7 +427,7 @@ async def _exercise_refused_pod(
         unfit = {"apiVersion": "worker.gpustack.ai/v1alpha1", "kind": "Instance",
                  "metadata": {"name": "unfit", "namespace": "team-a"}, "spec": spec}  # fmt: skip
         await admin.create(instances, unfit)
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             while ("patch", "events", "") not in asked("worker"):
                 await trio.sleep(0.1)
 
@@ -453,7 +455,7 @@ async def _exercise_device_plugin(
     }  # fmt: skip
     async with KubeClient(config) as admin:
         await admin.create("/api/v1/namespaces/team-a/pods", pod)
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             while ("patch", "pods", "") not in asked("device-manager"):
                 await trio.sleep(0.1)
 
@@ -469,7 +471,7 @@ async def _exercise_instance_controller(
     settings = "/api/v1/namespaces/gpustack-system/secrets/gpustack-settings"
 
     async def until(*needed: tuple[str, str, str]) -> None:
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             while not set(needed) <= asked("worker"):
                 await trio.sleep(0.1)
 
@@ -528,7 +530,7 @@ async def _exercise_instance_types(
     store = stack.cluster.state.store
 
     async def until(*needed: tuple[str, str, str]) -> None:
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             while not set(needed) <= asked("worker"):
                 await trio.sleep(0.1)
 
@@ -567,7 +569,7 @@ async def _exercise_instance_types(
                   "metadata": {"name": "lp-custom"},
                   "spec": {"os": "linux", "arch": "amd64"}}  # fmt: skip
         await admin.create(f"{ours}/instancetypes", custom)
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             while store.get("LocalQueue", "team-lp", "gpustack-fnv64-" + _fnv("lp-custom")) is None:
                 await trio.sleep(0.1)
         await admin.delete(f"{ours}/instancetypes/lp-custom")
@@ -585,7 +587,7 @@ async def _exercise_node_devices_check(
     assert config is not None
 
     async def until(*needed: tuple[str, str, str]) -> None:
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             while not set(needed) <= asked("worker"):
                 await trio.sleep(0.1)
 

@@ -28,6 +28,7 @@ from quart_trio import QuartTrio
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.scenario import Fault
 from gpustack_simulator.testing import cluster_standin
+from patience import HANG
 
 NODE = "gpu-node-1"
 KUBECTL = shutil.which("kubectl")
@@ -356,7 +357,7 @@ async def test_simulator_cluster_command_serves_until_sigterm(tmp_path: Path) ->
     )
     try:
         config = tmp_path / "kubeconfig"
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             while not config.exists():
                 await trio.sleep(0.1)
         nodes = await in_thread(
@@ -372,6 +373,6 @@ async def test_simulator_cluster_command_serves_until_sigterm(tmp_path: Path) ->
         assert len(json.loads(nodes.stdout)["items"]) >= 1
     finally:
         process.send_signal(signal.SIGTERM)
-        with trio.fail_after(15):
+        with trio.fail_after(HANG):
             code = await process.wait()
     assert code == 0

@@ -22,6 +22,7 @@ from gpustack_devicemanager.daemon import Running, ServeOptions, serve
 from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay.backends import replay_backend
+from patience import HANG
 
 # pytest finds the imported fixtures by name; listing them is what marks the import as used.
 __all__ = ["scenario", "stack"]
@@ -179,7 +180,7 @@ async def test_standalone_without_kubernetes(
                 options, replay_backend(recording), kube=None, task_status=task_status
             )
         )
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             while running.holder.current.snapshot is None:
                 await trio.sleep(0.05)
         async with httpx.AsyncClient(verify=False, trust_env=False) as client:

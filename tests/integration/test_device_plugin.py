@@ -55,6 +55,7 @@ from gpustack_simulator.fakekubelet.admission import DeviceAdmission
 from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.testing import cluster_standin
+from patience import HANG
 
 NODE = "plugin-node"
 RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
@@ -258,7 +259,7 @@ async def test_registers_every_mode_and_again_after_a_kubelet_restart(tmp_path: 
         await wait_for(s, lambda: len(kubelet.registrations) == 10)
         await nvidia_ready(s)
         assert set(kubelet.plugins) == ALL_NVIDIA
-        with trio.fail_after(5):
+        with trio.fail_after(HANG):
             while s.plugins.registrations < 10:  # counted once the kubelet's answer is back
                 await trio.sleep(0.05)
         assert s.plugins.registrations == 10
@@ -571,7 +572,7 @@ async def test_pods_created_through_the_api_are_admitted_by_the_fake_kubelet(
 
         sliced = {"nvidia.com/gpu.sliced": "1", "nvidia.com/gpu.sliced.units": "800000"}
         await user.create(PODS.path(NAMESPACE), pod("api-slice", sliced))
-        with trio.fail_after(15):
+        with trio.fail_after(HANG):
             while True:
                 got = await s.client.get(PODS.path(NAMESPACE, "api-slice"))
                 if got.get("status", {}).get("phase") == "Running":
@@ -584,7 +585,7 @@ async def test_pods_created_through_the_api_are_admitted_by_the_fake_kubelet(
 
         # Two whole cards are asked while one is sliced: the kubelet cannot pick, the Pod fails.
         await user.create(PODS.path(NAMESPACE), pod("api-two", {"nvidia.com/gpu": "2"}))
-        with trio.fail_after(15):
+        with trio.fail_after(HANG):
             while True:
                 got = await s.client.get(PODS.path(NAMESPACE, "api-two"))
                 if got.get("status", {}).get("phase") == "Failed":

@@ -33,6 +33,7 @@ from gpustack_devicemanager.deviceplugin.manager import (
 from gpustack_devicemanager.deviceplugin.service import resource_names
 from gpustack_devicemanager.deviceplugin.state import Inventory, PluginState
 from gpustack_simulator.fakekubelet import FakeKubelet
+from patience import HANG
 
 NVIDIA = {
     "nvidia.com/gpu",
@@ -98,7 +99,7 @@ async def plugins(
 
 
 async def registered(kubelet: FakeKubelet, wanted: set[str]) -> None:
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         while set(kubelet.plugins) != wanted:
             await trio.sleep(0.05)
 
@@ -149,7 +150,7 @@ async def test_after_a_kubelet_restart_it_does_not_take_the_name_back(
         other.bind(str(directory / "nvidia-gpu.sock"))
         try:
             await trio.to_thread.run_sync(kubelet.start)
-            with trio.fail_after(10):
+            with trio.fail_after(HANG):
                 while handle.blocked is None:
                     await trio.sleep(0.05)
             await trio.sleep(0.5)

@@ -31,6 +31,7 @@ from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.testing import cluster_standin
 from gpustack_worker.nodefeatures import publish, run_node_features
+from patience import HANG
 
 KUBECTL = shutil.which("kubectl")
 WHOLE = 1_600_000
@@ -76,7 +77,7 @@ class Managers:
         return self.cluster.state.store.get(kind, namespace, name)
 
 
-async def _eventually(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
+async def _eventually(check: Callable[[], bool], what: str, timeout: float = HANG) -> None:
     with trio.move_on_after(timeout):
         while not check():
             await trio.sleep(0.1)

@@ -15,6 +15,7 @@ from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.testing import cluster_standin
+from patience import HANG
 
 POD_LEVEL = "gpustack_instance_cpu_total_millicores"
 ACCELERATORS = "gpustack_instance_accelerator_memory_total_mib"
@@ -38,7 +39,7 @@ async def wait_for(
     A round can run before the daemon's first snapshot exists; such a round has no accelerator
     families yet and says nothing about the role, so it is not an answer.
     """
-    with trio.fail_after(20):
+    with trio.fail_after(HANG):
         while True:
             found = await families(client, running)
             if ACCELERATORS in found and (POD_LEVEL in found) == present:

@@ -22,6 +22,7 @@ from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.scenario import RECORDINGS_DIR, expand, parse_scenario
 from gpustack_simulator.testing import cluster_standin
 from gpustack_simulator.up import FLEET_PLUGIN_LIMIT, free_port, loopback_address, serves_plugins
+from patience import HANG
 
 H100 = "nvidia/h100-8x.yaml"
 
@@ -118,7 +119,7 @@ async def test_members_in_one_process_each_serve_their_own_node(tmp_path: Path) 
             )
             assert fleet.recordings_parsed == 1  # three members, one recording, parsed once
             async with httpx.AsyncClient(verify=False, trust_env=False, timeout=10) as client:
-                with trio.fail_after(30):
+                with trio.fail_after(HANG):
                     for member in members:
                         url = f"https://{member.address}:{port}/monitor/snapshot"
                         while True:  # the first sample with the node's Pods known

@@ -30,12 +30,13 @@ from gpustack_simulator.fakekubelet import FakeKubelet
 from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay.backends import replay_backend
 from gpustack_simulator.testing import cluster_standin
+from patience import HANG
 
 
 async def _snapshot_with(
     running: Running, ok: Callable[[MonitorSnapshot], bool]
 ) -> MonitorSnapshot:
-    with trio.fail_after(15):
+    with trio.fail_after(HANG):
         while True:
             snapshot = running.holder.current.snapshot
             if snapshot is not None and ok(snapshot):
@@ -83,7 +84,7 @@ async def test_a_copied_annotation_is_not_believed(
                 kubelet.allocate, "nvidia.com/gpu", [token], (NAMESPACE, "owner"), "main"
             )
             store = cluster.state.store
-            with trio.fail_after(15):  # the plugin's annotation on the owner
+            with trio.fail_after(HANG):  # the plugin's annotation on the owner
                 while contract.ALLOCATION_ANNOTATION not in (
                     store.get(POD, NAMESPACE, "owner") or {}
                 ).get("metadata", {}).get("annotations", {}):

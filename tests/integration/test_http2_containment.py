@@ -29,6 +29,7 @@ from worker_stack import WorkerStack, open_worker_stack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from h2_probe import H2Probe
+from patience import HANG
 
 BODY = 1 << 20
 
@@ -48,7 +49,7 @@ async def attack_then_ask(
     headers = headers or []
     probe = await H2Probe.open(url)
     try:
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             answer = await probe.upload(method, path, BODY)
             assert answer.status == status, bytes(answer.body[:200])
             assert answer.ended, "the answer was cut short"
@@ -60,7 +61,7 @@ async def attack_then_ask(
     finally:
         await probe.aclose()
     async with httpx.AsyncClient(verify=False, trust_env=False, http2=True) as client:
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             fresh = await client.get(url + then, headers=headers)
     assert fresh.status_code == 200
 
@@ -136,7 +137,9 @@ async def test_an_over_size_body_is_refused_and_the_connection_kept(worker: Work
     probe = await H2Probe.open(worker.url, context)
     identity = [("x-remote-user", "admin"), ("x-remote-group", "system:masters")]
     try:
-        with trio.fail_after(3):  # well inside the 5 s keep-alive timer
+        # Before the fix the answer came only once the 5 s idle timer closed the connection:
+        # `not probe.closed` below tells the two apart, so the deadline only catches a hang.
+        with trio.fail_after(HANG):
             answer = await probe.upload(
                 "POST",
                 "/apis/worker.gpustack.ai/v1/namespaces/team-a/instances",

@@ -23,6 +23,7 @@ from gpustack_kube.client import KubeClient, NotFound
 from gpustack_kube.config import load_config
 from gpustack_simulator.testing import cluster_standin
 from gpustack_worker.instances.controller import ControllerOptions, InstanceController
+from patience import HANG
 
 NS = "tenant-x"
 INSTANCES = f"/apis/worker.gpustack.ai/v1alpha1/namespaces/{NS}/instances"
@@ -44,7 +45,7 @@ class Harness:
     controller: InstanceController
 
     async def eventually(
-        self, probe: Callable[[], Awaitable[Any]], what: str, timeout: float = 10
+        self, probe: Callable[[], Awaitable[Any]], what: str, timeout: float = HANG
     ) -> Any:
         """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
         with trio.move_on_after(timeout):

@@ -35,6 +35,7 @@ from gpustack_simulator.testing import cluster_standin
 from gpustack_simulator.up import webhook_configurations
 from gpustack_worker.daemon import Running, WorkerOptions, serve
 from h2_probe import Answer, H2Probe
+from patience import HANG
 
 NS = "tenant-x"
 V1ALPHA1 = f"/apis/worker.gpustack.ai/v1alpha1/namespaces/{NS}/instances"
@@ -104,7 +105,7 @@ def devices(node: str, cards: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def eventually(probe: Callable[[], Awaitable[Any]], what: str, timeout: float = 15) -> Any:
+async def eventually(probe: Callable[[], Awaitable[Any]], what: str, timeout: float = HANG) -> Any:
     with trio.move_on_after(timeout):
         while True:
             try:
@@ -477,7 +478,7 @@ async def test_an_over_size_body_is_a_413_status(stack: Stack) -> None:
     """Answered as soon as the length is known, as a ``Status``; the worker serves on."""
     probe = await H2Probe.open(stack.url, stack.tls())
     try:
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             answer = await probe.upload(
                 "POST", V1, 4 << 20, [*ADMIN, ("content-type", "application/json")]
             )
@@ -500,7 +501,7 @@ async def test_a_body_trickled_past_its_deadline_is_408(stack: Stack) -> None:
         probe.conn.send_data(sid, b'{"apiVersion": "worker.gpustack.ai/v1", ')
         await probe._flush()
         answer = probe.answers.setdefault(sid, Answer())
-        with trio.fail_after(20):
+        with trio.fail_after(HANG):
             while not (answer.ended or answer.reset is not None or probe.closed):
                 await probe._pump()
         assert answer.status == 408, bytes(answer.body[:300])

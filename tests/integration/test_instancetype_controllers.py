@@ -54,6 +54,7 @@ from gpustack_worker.instances.controller import ControllerOptions
 from gpustack_worker.instancetypes.controller import LEASE, InstanceTypeController
 from gpustack_worker.nodefeatures import run_node_features
 from gpustack_worker.settings import OperatorSettings
+from patience import HANG
 from walkthrough_expected import (
     A10G_FLAVOR,
     A10G_QUEUE,
@@ -154,7 +155,7 @@ class Chain:
         await self.admin.patch(SECRETS.path(SYSTEM, "gpustack-settings"), {"data": data})
 
 
-async def eventually(probe: Callable[[], T], what: str, timeout: float = 45) -> T:
+async def eventually(probe: Callable[[], T], what: str, timeout: float = HANG) -> T:
     """``probe()`` once it is truthy; fails with the last value it returned."""
     last: T | None = None
     with trio.move_on_after(timeout):
@@ -471,7 +472,17 @@ async def test_without_kueue_types_are_still_derived_and_kueue_is_taken_up_later
         expected = current(SECTION_1_ROWS)
         await eventually(lambda: chain.rows() == expected, "§1's rows without Kueue")
         await eventually(lambda: chain.catalog() == CATALOG_1, "§1's catalog")
-        await trio.sleep(1.5)  # three looks for Kueue
+        # Two more looks for Kueue, counted (a fixed 1.5 s may hold none on a loaded machine).
+        looks = 0
+        look = chain.controller._kueue_served
+
+        async def counted() -> bool:
+            nonlocal looks
+            looks += 1
+            return await look()
+
+        chain.controller._kueue_served = counted  # type: ignore[method-assign]
+        await eventually(lambda: looks >= 3, "two more looks for Kueue")  # the third has ended
         assert not chain.controller.kueue
         kueue_kinds = {"resourceflavor", "clusterqueue", "localqueue"}
         kueue_writes = [w for w in chain.controller.writes if w[1].split()[0] in kueue_kinds]

@@ -36,6 +36,7 @@ from gpustack_kube.config import load_config
 from gpustack_simulator.testing import cluster_standin
 from gpustack_simulator.up import webhook_configurations
 from gpustack_worker.daemon import Running, WorkerOptions, serve
+from patience import HANG
 from walkthrough_expected import A10G_TYPE, CUSTOM_ENTRANCE, CUSTOM_TYPE
 
 NS = "default"
@@ -114,7 +115,7 @@ class Stack:
         return [e["message"] for e in listed["items"] if e.get("reason") == reason]
 
 
-async def eventually(probe: Callable[[], Awaitable[Any]], what: str, timeout: float = 20) -> Any:
+async def eventually(probe: Callable[[], Awaitable[Any]], what: str, timeout: float = HANG) -> Any:
     with trio.move_on_after(timeout):
         while True:
             try:

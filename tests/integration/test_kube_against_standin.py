@@ -16,6 +16,7 @@ from gpustack_kube.config import KubeConfig, load_config
 from gpustack_kube.informer import Informer
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.testing import cluster_standin
+from patience import HANG
 
 NODE = "gpu-node-1"
 NODE_PODS = {"llama-70b", "embed-a", "qwen-a", "mig-3g"}
@@ -34,7 +35,7 @@ def config(cluster: RunningCluster, context: str = "device-manager") -> KubeConf
 
 
 async def until(informer: Informer, condition: Callable[[list[dict[str, Any]]], bool]) -> None:
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         while not condition(informer.objects()):
             await informer.wait_changed()
 
@@ -127,7 +128,7 @@ async def test_leaving_a_live_watch_early(cluster: RunningCluster) -> None:
         )
         params = {**selector, "resourceVersion": version, "timeoutSeconds": 60}
         seen: list[dict[str, Any]] = []
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             async with aclosing(client.watch("/api/v1/pods", params)) as events:
                 async for event in events:
                     seen.append(event)

@@ -16,6 +16,7 @@ import trio
 
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.testing import cluster_standin
+from patience import HANG
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed here")
@@ -61,7 +62,7 @@ async def test_apply_runs_the_pod_on_the_selected_node_and_delete_removes_it(
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(POD.format(node=node))
     await kubectl(cluster, "apply", "--validate=false", "-f", str(manifest))
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         while True:
             pod = json.loads(await kubectl(cluster, "get", "pod", "selected", "-o", "json"))
             if pod["status"].get("phase") == "Running":

@@ -22,6 +22,7 @@ from gpustack_kube.client import KubeClient, NotFound
 from gpustack_kube.config import load_config
 from gpustack_simulator.testing import cluster_standin
 from gpustack_worker.settings import OperatorSettings
+from patience import HANG
 
 SYSTEM = "gpustack-system"
 SECRETS = f"/api/v1/namespaces/{SYSTEM}/secrets"
@@ -37,7 +38,7 @@ def text_of(secret: dict[str, Any]) -> dict[str, str]:
     return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
 
-async def eventually(probe: Callable[[], Awaitable[Any]], what: str, timeout: float = 10) -> Any:
+async def eventually(probe: Callable[[], Awaitable[Any]], what: str, timeout: float = HANG) -> Any:
     with trio.move_on_after(timeout):
         while True:
             try:

@@ -29,6 +29,8 @@ import yaml
 from dm_stack import SCENARIOS, Stack, open_stack, scenario, stack
 from prometheus_client.parser import text_string_to_metric_families
 
+from patience import HANG
+
 # pytest finds the imported fixtures by name; listing them is what marks the import as used.
 __all__ = ["scenario", "stack"]
 
@@ -46,7 +48,7 @@ UNIT_SUFFIXES = ("_mib", "_millicores", "_percent")
 COMMITTED = "nvidia-mixed"
 OVER_CAP = "nvidia-mixed-over-cap"
 SLICED_CARD = "GPU-8d2f4a61-3c7e-4b19-a5d0-6e1f2b3c4d03"
-POLL_BUDGET = 40.0
+POLL_BUDGET = HANG
 """Prometheus publishes its first sample ~6 s after start; the budget only bounds a hang."""
 
 

@@ -28,6 +28,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from worker_stack import WorkerStack, open_worker_stack, serving_snapshot
 
+from patience import HANG
+
 V1 = "/apis/worker.gpustack.ai/v1"
 METRICS = f"{V1}/namespaces/team-a/instances/llama-70b/metrics"
 ADMIN = [("X-Remote-User", "admin"), ("X-Remote-Group", "system:masters")]
@@ -59,7 +61,7 @@ async def raw_request(
     lines = [f"GET {target} HTTP/1.1", f"Host: {host if host is not None else address}"]
     lines += [f"{k}: {v}" for k, v in headers]
     lines += ["Connection: close", "", ""]
-    with trio.fail_after(20):
+    with trio.fail_after(HANG):
         await tls.send_all("\r\n".join(lines).encode("latin-1"))
         received = bytearray()
         while True:
@@ -327,7 +329,7 @@ async def _live_snapshot(stack: WorkerStack, *, with_slices: bool = False) -> di
     """The Device Manager's own snapshot; with ``with_slices``, one taken once its Pods synced."""
     [running] = stack.device_managers
     async with httpx.AsyncClient(verify=False, trust_env=False) as client:
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             while True:
                 answer = await client.get(running.url + "/monitor/snapshot")
                 snapshot: dict[str, Any] = answer.json()

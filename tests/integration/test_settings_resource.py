@@ -32,6 +32,7 @@ from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.scenario.schema import Rule, UserSpec
 from gpustack_simulator.testing import cluster_standin
 from gpustack_worker.daemon import Running, WorkerOptions, serve
+from patience import HANG
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed here")
@@ -70,7 +71,7 @@ class Stack:
         return {k: base64.b64decode(v).decode() for k, v in found["data"].items()}
 
 
-async def eventually(probe: Callable[[], Awaitable[Any]], what: str, timeout: float = 15) -> Any:
+async def eventually(probe: Callable[[], Awaitable[Any]], what: str, timeout: float = HANG) -> Any:
     with trio.move_on_after(timeout):
         while True:
             try:

@@ -40,6 +40,7 @@ from gpustack_kube.client import ApiError, Conflict, KubeClient
 from gpustack_kube.config import parse_kubeconfig
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.testing import cluster_standin
+from patience import HANG
 
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed here")
@@ -854,7 +855,7 @@ async def test_an_update_whose_object_moved_during_admission(
     )
 
     async def reviewed(count: int) -> None:
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             while len(hooks.seen("/slow")) < count:
                 await trio.sleep(0.01)
 
@@ -973,7 +974,7 @@ async def test_kubectl_get_pods_watch_prints_a_new_pod(
         try:
             await trio.sleep(1.0)  # let it list and open its watch
             await kube.create(PODS, pod("watched"))
-            with trio.fail_after(15):
+            with trio.fail_after(HANG):
                 line = await trio.to_thread.run_sync(line_with_watched, abandon_on_cancel=True)
         finally:
             process.terminate()

@@ -47,6 +47,7 @@ from gpustack_kube.certs import self_signed
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.scenario import DeviceManagerSpec, token_for
 from gpustack_simulator.testing import cluster_standin
+from patience import HANG
 
 NAMESPACE = "gpustack-system"
 SERVICE = "gpustack-operator-device-manager"
@@ -56,7 +57,7 @@ JOB = "gpustack-instances"
 KUBECTL = shutil.which("kubectl")
 PROMETHEUS = os.environ.get("GPUSTACK_PROMETHEUS") or shutil.which("prometheus")
 VICTORIA = shutil.which("victoria-metrics")
-DISCOVERY_BUDGET = 40.0
+DISCOVERY_BUDGET = HANG
 """Prometheus batches discovery updates every 5 s and scrapes ~6 s after start."""
 
 
@@ -168,7 +169,7 @@ async def test_a_watch_sees_endpoints_follow_the_dm_pod(cluster: RunningCluster)
                 task_status.started()
                 events.extend([json.loads(line) async for line in stream.aiter_lines()])
 
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             async with trio.open_nursery() as nursery:
                 await nursery.start(watch)
                 cluster.state.bind_pod_address(dm.namespace, dm.name, "127.0.0.3", 40123)
@@ -613,7 +614,7 @@ async def test_the_command_takes_addresses_and_the_worker_from_its_flags(tmp_pat
             stderr=subprocess.STDOUT,
         )
     try:
-        with trio.fail_after(60):
+        with trio.fail_after(HANG):
             while not ready.exists():
                 assert process.returncode is None, log.read_text()
                 await trio.sleep(0.1)
@@ -640,7 +641,7 @@ async def test_the_command_takes_addresses_and_the_worker_from_its_flags(tmp_pat
             refused = await other.post(f"{CONTROL}/clock", json={"advanceSeconds": 1})
     finally:
         process.send_signal(signal.SIGTERM)
-        with trio.fail_after(15):
+        with trio.fail_after(HANG):
             code = await process.wait()
 
     assert pod["status"]["podIP"] == "127.0.0.3"

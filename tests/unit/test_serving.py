@@ -19,6 +19,7 @@ from gpustack_serving.config import ALPN, hypercorn_config, terminate_tls
 from gpustack_serving.signals import serve_until_signalled
 from gpustack_worker import daemon as worker
 from gpustack_worker import tls as worker_tls
+from patience import HANG
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -116,7 +117,7 @@ async def test_a_signal_stops_what_serves_gracefully(caplog: pytest.LogCaptureFi
         signal.raise_signal(signal.SIGTERM)  # caught by the receiver, not the test process
 
     with caplog.at_level(logging.INFO, logger="gpustack.test"):
-        with trio.fail_after(5):
+        with trio.fail_after(HANG):
             await serve_until_signalled(serve, announce, logging.getLogger("gpustack.test"))
     assert stopped == ["graceful"]
     assert announced[0].shutdown.is_set()

@@ -33,6 +33,7 @@ from gpustack_serving.connections import (
     serve_connections,
     ssl_connections,
 )
+from patience import HANG
 
 
 async def hello(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -121,7 +122,7 @@ async def test_shutdown_still_ends_a_connection_that_is_busy() -> None:
     shutdown = trio.Event()
     failures = ConnectionFailures()
     sock = bind("127.0.0.1", 0)
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         async with trio.open_nursery() as nursery:
             (url,) = await nursery.start(
                 lambda task_status: serve_connections(

@@ -157,7 +157,9 @@ async def test_rounds_go_on_without_ticks_and_say_the_snapshot_is_stale(
         nursery.cancel_scope.cancel()
 
 
-async def test_next_publication_returns_at_once_when_it_already_happened() -> None:
+async def test_next_publication_returns_at_once_when_it_already_happened(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     holder = SnapshotHolder(15)
     first = holder.current
     with trio.fail_after(1):

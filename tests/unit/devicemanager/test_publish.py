@@ -34,6 +34,7 @@ from gpustack_kube.client import KubeClient
 from gpustack_kube.config import KubeConfig
 from gpustack_simulator.recording import load_recording
 from gpustack_simulator.replay.backends import replay_backend
+from patience import HANG
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "recordings"
 KEY = "acceleratable.feature.gpustack.ai/nvidia-a10g"
@@ -242,7 +243,7 @@ async def test_devices_are_published_when_the_nodefeature_api_is_not_served(
     config = KubeConfig("https://api.invalid", None, None, None, False, "default")
     async with KubeClient(config, transport=httpx.MockTransport(api)) as client:
         publisher = Publisher(client, "gpu-node-1", "nvidia", "gpustack-system", grouped.groups)
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             async with trio.open_nursery() as nursery:
                 await nursery.start(
                     lambda task_status: run_publisher(

@@ -79,7 +79,7 @@ async def test_rate_limited_retries_back_off(autojump_clock: trio.testing.MockCl
     assert seen == [1, 3, 7, 15, 23]  # waits of 1, 2, 4, 8, 8
 
 
-async def test_shut_down_releases_waiters() -> None:
+async def test_shut_down_releases_waiters(autojump_clock: trio.testing.MockClock) -> None:
     queue = WorkQueue()
     with trio.fail_after(1):
         async with trio.open_nursery() as nursery:

@@ -74,7 +74,10 @@ async def test_store_versions_events_and_history() -> None:
         store.events_since("Pod", 1)
 
 
-async def test_wait_changed_wakes_on_the_next_change() -> None:
+async def test_wait_changed_wakes_on_the_next_change(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The deadline is virtual: it fails a waiter left asleep, never a slow machine."""
     store = Store()
     woke = trio.Event()
 

@@ -34,6 +34,7 @@ from gpustack_worker.settings_api import SettingsStore
 from gpustack_worker.settings_v1 import Wanted
 from gpustack_worker.subresource import Sources
 from gpustack_worker.summaries import SummaryCache
+from patience import HANG
 
 ROOT = b"/apis/gpustack.ai/v1"
 NS = "gpustack-system"
@@ -183,7 +184,7 @@ async def test_no_settings_path_makes_the_worker_fail(
     cluster = Cluster(allowed=True)
     raw = ROOT + b"/namespaces/" + _escape(namespace) + b"/settings/" + _escape(name) + tail
     async with trio.open_nursery():
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             status, _ = await cluster.ask(raw, method)
     assert status < 500, raw
     for upstream in cluster.upstream:  # only ever the Secret, by name

@@ -89,7 +89,11 @@ def _stamped(at: datetime.datetime) -> bytes:
 
 
 class _Manager:
-    """A Device Manager answering slowly: ``200`` with its current snapshot, or ``304``."""
+    """A Device Manager answering slowly: ``200`` with its current snapshot, or ``304``.
+
+    The tests below run on ``autojump_clock``: its delay and their waits are virtual, so what
+    they assert about who waited on whom holds however loaded the machine is.
+    """
 
     def __init__(self) -> None:
         self.stamp = datetime.datetime.now(datetime.UTC)
@@ -118,12 +122,15 @@ def _sources(manager: _Manager, background: trio.Nursery | None) -> Sources:
         client,
         SummaryCache(no_summary, background),  # type: ignore[arg-type]
         device_manager_transport=httpx.MockTransport(manager.handle),
+        snapshots=SnapshotCache(clock=trio.current_time),
         freshness=Freshness(datetime.timedelta(seconds=15)),
         background=background,
     )
 
 
-async def test_concurrent_reads_past_the_hold_share_one_request() -> None:
+async def test_concurrent_reads_past_the_hold_share_one_request(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     manager = _Manager()
     async with trio.open_nursery() as nursery:
         sources = _sources(manager, None)
@@ -140,7 +147,9 @@ async def test_concurrent_reads_past_the_hold_share_one_request() -> None:
     assert sources.snapshots.shared == 31
 
 
-async def test_with_a_background_nursery_readers_do_not_wait_for_the_revalidation() -> None:
+async def test_with_a_background_nursery_readers_do_not_wait_for_the_revalidation(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     manager = _Manager()
     async with trio.open_nursery() as background:
         sources = _sources(manager, background)
@@ -164,7 +173,9 @@ async def test_with_a_background_nursery_readers_do_not_wait_for_the_revalidatio
         background.cancel_scope.cancel()
 
 
-async def test_a_failed_revalidation_lets_the_snapshot_stand_a_while() -> None:
+async def test_a_failed_revalidation_lets_the_snapshot_stand_a_while(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     manager = _Manager()
     manager.delay = 0
     async with trio.open_nursery() as background:
@@ -182,7 +193,9 @@ async def test_a_failed_revalidation_lets_the_snapshot_stand_a_while() -> None:
         background.cancel_scope.cancel()
 
 
-async def test_with_no_usable_snapshot_a_reader_waits_and_gets_the_failure() -> None:
+async def test_with_no_usable_snapshot_a_reader_waits_and_gets_the_failure(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     manager = _Manager()
     manager.down = True
     manager.delay = 0

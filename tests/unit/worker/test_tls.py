@@ -17,6 +17,7 @@ from hypercorn.config import Config
 
 from gpustack_serving.connections import bind
 from gpustack_worker.tls import ContextHolder, presented_chain, serve_tls, server_context
+from patience import HANG
 
 seen: list[dict[str, Any]] = []
 
@@ -135,7 +136,7 @@ async def test_a_broken_handshake_does_not_hurt_the_server(served: Served) -> No
     host, port = served.url.removeprefix("https://").split(":")
     stream = await trio.open_tcp_stream(host, int(port))
     await stream.send_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # plaintext at a TLS port
-    with trio.fail_after(5):
+    with trio.fail_after(HANG):
         assert await stream.receive_some(1024) is not None
     await stream.aclose()
     async with served.client() as client:
