@@ -197,7 +197,29 @@ def usage_from_summary(summary: Summary, *, namespace: str, name: str, uid: str)
     stale figure off as fresh. The timestamp is the time of the first figure that has one, in the
     order CPU, memory, storage (CPU's window is what the sample averages over).
     """
-    entry = find_pod(summary, namespace=namespace, name=name, uid=uid)
+    return usage_of(find_pod(summary, namespace=namespace, name=name, uid=uid))
+
+
+PodKey = tuple[str, str, str]
+"""(namespace, name, UID): a same-named Pod with another UID is another Pod."""
+
+
+def index_pods(summary: Summary) -> dict[PodKey, PodStats]:
+    """The summary's entries by Pod, for a caller that looks up many Pods of one summary.
+
+    :func:`find_pod` scans the list: once per Pod that is fine, once per Instance Pod of a node
+    every round it is quadratic (~800 Pods, ~300k comparisons). The first entry of a Pod wins,
+    as in :func:`find_pod`.
+    """
+    index: dict[PodKey, PodStats] = {}
+    for entry in summary.pods or ():
+        ref = entry.pod_ref
+        index.setdefault((ref.namespace, ref.name, ref.uid), entry)
+    return index
+
+
+def usage_of(entry: PodStats | None) -> PodUsage | None:
+    """One summary entry's usage, as :func:`usage_from_summary` reads it (``None`` likewise)."""
     if entry is None:
         return None
     cpu, memory, storage = _cpu(entry), _memory(entry), _storage(entry)

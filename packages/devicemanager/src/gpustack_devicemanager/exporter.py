@@ -19,7 +19,7 @@ import trio
 from gpustack_core import contract
 from gpustack_core.allocation import Grant
 from gpustack_core.decoding import ContractError
-from gpustack_core.kubelet import Summary, parse_summary, usage_from_summary
+from gpustack_core.kubelet import Summary, index_pods, parse_summary, usage_of
 from gpustack_core.pods import Pod, is_instance_pod, is_ready, is_terminating
 from gpustack_core.sample import instance_sample
 from gpustack_core.snapshot import (
@@ -180,17 +180,10 @@ def _instances(
         for suffix, _, text in ACCELERATOR_FIELDS
     ]
     snapshots = {inputs.manufacturer: snapshot} if snapshot is not None else {}
+    entries = index_pods(inputs.summary) if inputs.summary is not None else {}
     for pod in instance_pods(pods):
-        usage = (
-            usage_from_summary(
-                inputs.summary,
-                namespace=pod.metadata.namespace,
-                name=pod.metadata.name,
-                uid=pod.metadata.uid,
-            )
-            if inputs.summary is not None
-            else None
-        )
+        meta = pod.metadata
+        usage = usage_of(entries.get((meta.namespace, meta.name, meta.uid)))
         composed = instance_sample(
             pod=pod,
             fallback=DeclaredTotals(0, 0, 0),
