@@ -34,13 +34,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 from gpustack_core.reasons import QueryReason
 from gpustack_vendors import errors
-from gpustack_vendors.amd.surface import AmdRocmSmiSurface, AmdSmiSurface
+from gpustack_vendors.amd.surface import (
+    AmdPowerInfo,
+    AmdRocmSmiSurface,
+    AmdSmiSurface,
+    NotAvailable,
+)
 from gpustack_vendors.answers import unsupported_partitions
 from gpustack_vendors.bindings.rocm_smi import (
     pci_address,
@@ -79,6 +84,9 @@ _POWER_KEYS = ("socket_power", "current_socket_power", "average_socket_power")
 
 Clock = Callable[[], float]
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
 
 class AmdCallError(LibraryCallError):
     """A call into either library failed; carries the numeric code and its reason."""
@@ -86,7 +94,8 @@ class AmdCallError(LibraryCallError):
 
 @dataclass
 class _Card:
-    handle: Any
+    handle: object
+    """Opaque: amdsmi's ``c_void_p``, handed back to it."""
     rsmi_index: int | None
     rsmi_reason: QueryReason | None
     """Why the card has no ROCm SMI index (its processes then carry this reason)."""
@@ -121,50 +130,55 @@ class AmdBackend:
         self._lock = threading.Lock()  # guards the process list
         self._detected: Detected[_Card, object] = Detected(self.detect)
         self._process_list: _ProcessList | None = None
-        self._rocm("rsmi_init", 0)
+        self._rocm(rocm_smi.rsmi_init, 0)
         try:
-            self._amd("amdsmi_init", amdsmi.AmdSmiInitFlags.INIT_AMD_GPUS)
+            self._amd(amdsmi.amdsmi_init, amdsmi.AmdSmiInitFlags.INIT_AMD_GPUS)
         except AmdCallError:
-            quietly(self._rocm, "rsmi_shut_down")
+            quietly(self._rocm, rocm_smi.rsmi_shut_down)
             raise
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _amd(self, fn: str, *args: Any) -> Any:
+    def _amd(self, fn: Callable[_P, _R], /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """``fn(*args)`` on AMD SMI; its exception becomes :class:`AmdCallError` named ``fn``."""
         try:
-            return getattr(self._amdsmi, fn)(*args)
+            return fn(*args, **kwargs)
         except self._amdsmi.AmdSmiLibraryException as exc:
             code = int(exc.err_code)  # type: ignore[attr-defined]  # amdsmi's, on its exception
-            raise AmdCallError("AMD SMI", fn, code, errors.AMDSMI) from exc
+            raise AmdCallError("AMD SMI", fn.__name__, code, errors.AMDSMI) from exc
 
-    def _rocm(self, fn: str, *args: Any) -> Any:
-        return call_rocm_smi(self._rocm_smi, AmdCallError, fn, *args)
+    def _rocm(self, fn: Callable[_P, _R], /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """``fn(*args)`` on ROCm SMI; its failure becomes :class:`AmdCallError`."""
+        return call_rocm_smi(AmdCallError, fn, *args, **kwargs)
 
     # -- detection ---------------------------------------------------------------------------
 
     def detect(self) -> Detection:
         """Enumerate cards by processor handle and join each to its ROCm SMI index by bus id."""
         notes: list[str] = []
-        handles = list(self._amd("amdsmi_get_processor_handles"))
+        amdsmi = self._amdsmi
+        handles = list(self._amd(amdsmi.amdsmi_get_processor_handles))
         driver = ""
         if handles:
-            info = quietly(self._amd, "amdsmi_get_gpu_driver_info", handles[0])
-            driver = _text(info.get("driver_version")) if isinstance(info, dict) else ""
+            info = quietly(self._amd, amdsmi.amdsmi_get_gpu_driver_info, handles[0])
+            driver = _text(info.get("driver_version")) if isinstance(info, Mapping) else ""
         rocm = self._rocm_version()
         indices, rsmi_reason = self._rsmi_indices(notes)
         devices: list[DeviceInfo] = []
         cards: dict[str, _Card] = {}
         for position, handle in enumerate(handles):
             try:
-                bus_id = normalize_bus_id(str(self._amd("amdsmi_get_gpu_device_bdf", handle)))
+                bus_id = normalize_bus_id(str(self._amd(amdsmi.amdsmi_get_gpu_device_bdf, handle)))
             except AmdCallError as failure:
                 notes.append(f"processor {position}: no PCI bus id, so no id ({failure})")
                 continue
-            asic = quietly(self._amd, "amdsmi_get_gpu_asic_info", handle)
-            asic = asic if isinstance(asic, dict) else {}
+            asic = quietly(self._amd, amdsmi.amdsmi_get_gpu_asic_info, handle)
+            if not isinstance(asic, Mapping):
+                asic = {}
             memory_mib = 0
             try:
-                total = _number(self._amd("amdsmi_get_gpu_vram_usage", handle).get("vram_total"))
+                vram = self._amd(amdsmi.amdsmi_get_gpu_vram_usage, handle)
+                total = _number(vram.get("vram_total"))
                 memory_mib = 0 if total is None else int(total)
             except AmdCallError as failure:
                 notes.append(f"{bus_id}: memory unreadable ({failure})")
@@ -200,7 +214,7 @@ class AmdBackend:
     def _rocm_version(self) -> str:
         """``amdsmi_get_rocm_version`` answers ``(ok, text)``, read from librocm-core."""
         try:
-            ok, text = self._amd("amdsmi_get_rocm_version")
+            ok, text = self._amd(self._amdsmi.amdsmi_get_rocm_version)
         except (AmdCallError, AttributeError, TypeError, ValueError):
             return ""
         return str(text) if ok else ""
@@ -209,8 +223,9 @@ class AmdBackend:
         """ROCm SMI's devices by bus id; a failure here leaves every card without processes."""
         indices: dict[str, list[int]] = {}
         try:
-            for index in range(int(self._rocm("rsmi_num_monitor_devices"))):
-                address = pci_address(int(self._rocm("rsmi_dev_pci_id_get", index)))
+            rocm_smi = self._rocm_smi
+            for index in range(int(self._rocm(rocm_smi.rsmi_num_monitor_devices))):
+                address = pci_address(int(self._rocm(rocm_smi.rsmi_dev_pci_id_get, index)))
                 indices.setdefault(normalize_bus_id(address), []).append(index)
         except AmdCallError as failure:
             notes.append(f"ROCm SMI devices unreadable ({failure})")
@@ -221,29 +236,32 @@ class AmdBackend:
 
     def sample(self) -> list[CardSample]:
         """Whole-card figures from AMD SMI; a figure the card refuses or marks "N/A" is absent."""
+        amdsmi = self._amdsmi
         samples: list[CardSample] = []
         for bus_id, card in self._detected.cards().items():
             total, used = 0, None
-            vram = quietly(self._amd, "amdsmi_get_gpu_vram_usage", card.handle)
-            if isinstance(vram, dict):
+            vram = quietly(self._amd, amdsmi.amdsmi_get_gpu_vram_usage, card.handle)
+            if isinstance(vram, Mapping):
                 total = _whole(vram.get("vram_total")) or 0
                 used = _whole(vram.get("vram_used"))
-            activity = quietly(self._amd, "amdsmi_get_gpu_activity", card.handle)
+            activity = quietly(self._amd, amdsmi.amdsmi_get_gpu_activity, card.handle)
             temperature = quietly(
                 self._amd,
-                "amdsmi_get_temp_metric",
+                amdsmi.amdsmi_get_temp_metric,
                 card.handle,
-                self._amdsmi.AmdSmiTemperatureType.HOTSPOT,
-                self._amdsmi.AmdSmiTemperatureMetric.CURRENT,
+                amdsmi.AmdSmiTemperatureType.HOTSPOT,
+                amdsmi.AmdSmiTemperatureMetric.CURRENT,
             )
-            power = quietly(self._amd, "amdsmi_get_power_info", card.handle)
+            power = quietly(self._amd, amdsmi.amdsmi_get_power_info, card.handle)
             samples.append(
                 CardSample(
                     id=bus_id,
                     memory_total_mib=total,
                     memory_used_mib=used,
                     cores_utilization_percent=(
-                        _whole(activity.get("gfx_activity")) if isinstance(activity, dict) else None
+                        _whole(activity.get("gfx_activity"))
+                        if isinstance(activity, Mapping)
+                        else None
                     ),
                     temperature_celsius=_whole(temperature),
                     power_watts=_power_watts(power),
@@ -274,7 +292,9 @@ class AmdBackend:
                     continue
                 rows = listed.rows.get(card.rsmi_index)
                 if rows is None:
-                    rows = device_rows(self._rocm, listed.devices_of, card.rsmi_index)
+                    rows = device_rows(
+                        self._rocm, self._rocm_smi, listed.devices_of, card.rsmi_index
+                    )
                     listed.rows[card.rsmi_index] = rows
                 result[device_id] = DeviceProcesses(
                     device_id,
@@ -296,7 +316,7 @@ class AmdBackend:
             return previous
         listed = _ProcessList(taken=now)
         self._process_list = listed
-        found = process_devices(self._rocm)
+        found = process_devices(self._rocm, self._rocm_smi)
         if isinstance(found, LibraryCallError):
             listed.failure = found
         else:
@@ -315,8 +335,8 @@ class AmdBackend:
 
     def close(self) -> None:
         """Shut both libraries down, AMD SMI first (the reverse of init); errors change nothing."""
-        quietly(self._amd, "amdsmi_shut_down")
-        quietly(self._rocm, "rsmi_shut_down")
+        quietly(self._amd, self._amdsmi.amdsmi_shut_down)
+        quietly(self._rocm, self._rocm_smi.rsmi_shut_down)
 
 
 def _unread_reason(card: _Card | None, listed: _ProcessList) -> QueryReason:
@@ -330,25 +350,29 @@ def _unread_reason(card: _Card | None, listed: _ProcessList) -> QueryReason:
     return QueryReason.TRANSIENT_DRIVER_ERROR
 
 
-def _number(value: Any) -> int | float | None:
-    """A figure as amdsmi returns it: a number, or ``"N/A"`` (absent)."""
+def _number(value: object) -> int | float | None:
+    """A figure as amdsmi returns it: a number, or ``"N/A"`` (absent).
+
+    Checked at run time all the same: amdsmi's dicts are untyped C answers, and a float or a
+    ``bool`` (never a figure) is what a binding revision may hand back.
+    """
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return value
 
 
-def _whole(value: Any) -> int | None:
+def _whole(value: int | NotAvailable | None) -> int | None:
     number = _number(value)
     return None if number is None else int(number)
 
 
-def _text(value: Any) -> str:
+def _text(value: str | None) -> str:
     return "" if value is None or value == NOT_AVAILABLE else str(value)
 
 
-def _power_watts(info: Any) -> float | None:
+def _power_watts(info: AmdPowerInfo | None) -> float | None:
     """The first power figure the card fills in, in W; sentinels and "N/A" are skipped."""
-    if not isinstance(info, dict):
+    if not isinstance(info, Mapping):
         return None
     for key in _POWER_KEYS:
         value = _number(info.get(key))

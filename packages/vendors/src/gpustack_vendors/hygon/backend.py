@@ -29,9 +29,10 @@ is served without partitions, and detection says so in a note.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from ctypes import c_void_p
 from dataclasses import dataclass
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 from gpustack_core.reasons import QueryReason
 from gpustack_core.units import bytes_to_mib
@@ -87,6 +88,9 @@ does not offer: routine gaps in a sweep, not faults."""
 
 _PROFILE_PREFIX = re.compile(r"^MIG\s+")
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
 
 class HygonCallError(LibraryCallError):
     """A call into either library failed; carries the numeric code and its reason."""
@@ -101,7 +105,8 @@ class _Card:
 @dataclass(frozen=True)
 class _Partition:
     parent_id: str
-    handle: Any
+    handle: c_void_p
+    """The MIG device's own handle: its memory and compute are read on it."""
 
 
 @dataclass(frozen=True)
@@ -127,58 +132,63 @@ class HygonBackend:
         self._dmi = dmi
         self._dmi_missing = dmi_missing
         self._detected: Detected[_Card, _Partition] = Detected(self.detect)
-        self._rocm("rsmi_init", 0)
+        self._rocm(rocm_smi.rsmi_init, 0)
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _rocm(self, fn: str, *args: Any) -> Any:
-        return call_rocm_smi(self._rocm_smi, HygonCallError, fn, *args)
+    def _rocm(self, fn: Callable[_P, _R], /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """``fn(*args)`` on ROCm SMI; its failure becomes :class:`HygonCallError`."""
+        return call_rocm_smi(HygonCallError, fn, *args, **kwargs)
 
-    def _mig(self, fn: str, *args: Any) -> Any:
-        if self._dmi is None:
-            raise HygonCallError("libhydmi_mig", fn, 12, errors.NVML)  # LIBRARY_NOT_FOUND
+    def _mig(self, fn: Callable[_P, _R], /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """``fn(*args)`` on ``libhydmi_mig``; its failure becomes :class:`HygonCallError`.
+
+        Only reached with the library loaded (:meth:`_mig_state` stops a pass without it), so
+        ``fn`` is always a bound function of ``self._dmi``.
+        """
         try:
-            return getattr(self._dmi, fn)(*args)
+            return fn(*args, **kwargs)
         except HyDmiError as exc:
             # The library speaks NVML's return enum verbatim, so NVML's table reads it.
-            raise HygonCallError("libhydmi_mig", fn, int(exc.value), errors.NVML) from exc
+            raise HygonCallError("libhydmi_mig", fn.__name__, int(exc.value), errors.NVML) from exc
 
     # -- detection ---------------------------------------------------------------------------
 
     def detect(self) -> Detection:
         """Enumerate ROCm SMI's cards; with the node in MIG mode, each card's partitions."""
         notes: list[str] = []
-        driver = quietly(self._rocm, "rsmi_version_str_get", RSMI_SW_COMP_DRIVER)
+        rocm_smi = self._rocm_smi
+        driver = quietly(self._rocm, rocm_smi.rsmi_version_str_get, RSMI_SW_COMP_DRIVER)
         mig = self._mig_state(notes)
         devices: list[DeviceInfo] = []
         cards: dict[str, _Card] = {}
         partitions: dict[str, _Partition] = {}
-        for index in range(int(self._rocm("rsmi_num_monitor_devices"))):
+        for index in range(int(self._rocm(rocm_smi.rsmi_num_monitor_devices))):
             try:
-                card_id = f"GPU-{int(self._rocm('rsmi_dev_unique_id_get', index)):x}"
+                card_id = f"GPU-{int(self._rocm(rocm_smi.rsmi_dev_unique_id_get, index)):x}"
                 bus_id = normalize_bus_id(
-                    pci_address(int(self._rocm("rsmi_dev_pci_id_get", index)))
+                    pci_address(int(self._rocm(rocm_smi.rsmi_dev_pci_id_get, index)))
                 )
             except HygonCallError as failure:
                 notes.append(f"device {index}: no unique id or PCI address, so no id ({failure})")
                 continue
             memory_mib = 0
             try:
-                total = self._rocm("rsmi_dev_memory_total_get", index, RSMI_MEM_TYPE_VRAM)
+                total = self._rocm(rocm_smi.rsmi_dev_memory_total_get, index, RSMI_MEM_TYPE_VRAM)
                 memory_mib = bytes_to_mib(int(total))
             except HygonCallError as failure:
                 notes.append(f"{card_id}: memory unreadable ({failure})")
             cores: int | None = None
-            found: list[tuple[PartitionInfo, Any]] = []
+            found: list[tuple[PartitionInfo, c_void_p]] = []
             if mig is not None:
-                cores, found = self._detect_partitions(card_id, bus_id, mig, notes)
+                cores, found = self._detect_partitions(mig.dmi, card_id, bus_id, mig, notes)
             partitions.update({p.id: _Partition(card_id, handle) for p, handle in found})
             cards[card_id] = _Card(index, bus_id)
             devices.append(
                 DeviceInfo(
                     id=card_id,
                     index=index,
-                    name=str(quietly(self._rocm, "rsmi_dev_name_get", index) or ""),
+                    name=str(quietly(self._rocm, rocm_smi.rsmi_dev_name_get, index) or ""),
                     memory_mib=memory_mib,
                     cores=cores,
                     driver_version=str(driver or ""),
@@ -193,54 +203,55 @@ class HygonBackend:
 
     def _mig_state(self, notes: list[str]) -> _MigState | None:
         """The node's MIG mode, once per pass; ``None`` when off or unreadable."""
-        if self._dmi is None:
+        dmi = self._dmi
+        if dmi is None:
             notes.append(f"no partitions: libhydmi_mig not loaded ({self._dmi_missing})")
             return None
         try:
-            current, _ = self._mig("nvmlGetSystemMigMode")
+            current, _ = self._mig(dmi.nvmlGetSystemMigMode)
             if int(current) != DMI_DEVICE_MIG_ENABLE:
                 return None
-            count = int(self._mig("nvmlDeviceGetCount"))
-            registry = _parse_registry(self._mig("dmi_mig_registry"))
+            count = int(self._mig(dmi.nvmlDeviceGetCount))
+            registry = _parse_registry(self._mig(dmi.dmi_mig_registry))
         except HygonCallError as failure:
             notes.append(f"no partitions: MIG state unreadable ({failure})")
             return None
-        return _MigState(count, registry)
+        return _MigState(dmi, count, registry)
 
     def _detect_partitions(
-        self, card_id: str, bus_id: str, mig: _MigState, notes: list[str]
-    ) -> tuple[int | None, list[tuple[PartitionInfo, Any]]]:
+        self, dmi: HyDmiSurface, card_id: str, bus_id: str, mig: _MigState, notes: list[str]
+    ) -> tuple[int | None, list[tuple[PartitionInfo, c_void_p]]]:
         """The card's CU count (from its profiles) and its partitions with their own handles."""
         try:
-            card = self._mig("nvmlDeviceGetHandleByPciBusId", bus_id)
-            dmi_index = int(self._mig("nvmlDeviceGetIndex", card))
-            slots = int(self._mig("nvmlDeviceGetMaxMigDeviceCount", card))
+            card = self._mig(dmi.nvmlDeviceGetHandleByPciBusId, bus_id)
+            dmi_index = int(self._mig(dmi.nvmlDeviceGetIndex, card))
+            slots = int(self._mig(dmi.nvmlDeviceGetMaxMigDeviceCount, card))
         except HygonCallError as failure:
             notes.append(f"{card_id}: not reachable through libhydmi_mig ({failure})")
             return None, []
-        profiles = self._profiles(card)
+        profiles = self._profiles(dmi, card)
         cores = max((p.cu_count * p.gi_count_max for p in profiles.values()), default=None)
-        found: list[tuple[PartitionInfo, Any]] = []
+        found: list[tuple[PartitionInfo, c_void_p]] = []
         for index in range(slots * mig.cards):
             if len(found) >= slots:
                 break
             try:
-                handle = self._mig("nvmlDeviceGetMigDeviceHandleByIndex", card, index)
+                handle = self._mig(dmi.nvmlDeviceGetMigDeviceHandleByIndex, card, index)
             except HygonCallError as failure:
                 if failure.code not in EMPTY_SLOT:
                     notes.append(f"{card_id}: MIG index {index} unreadable ({failure})")
                 continue
-            partition = self._partition(card_id, card, dmi_index, handle, profiles, mig, notes)
+            partition = self._partition(dmi, card_id, card, dmi_index, handle, profiles, mig, notes)
             if partition is not None:
                 found.append((partition, handle))
         return cores, found
 
-    def _profiles(self, card: Any) -> dict[int, _Profile]:
+    def _profiles(self, dmi: HyDmiSurface, card: c_void_p) -> dict[int, _Profile]:
         """The card's GPU-instance profiles by profile id; unsupported indices are gaps."""
         profiles: dict[int, _Profile] = {}
         for index in range(DMI_GPU_INSTANCE_PROFILE_COUNT):
             try:
-                info = self._mig("nvmlDeviceGetGpuInstanceProfileInfo", card, index)
+                info = self._mig(dmi.nvmlDeviceGetGpuInstanceProfileInfo, card, index)
             except HygonCallError:
                 continue
             name = info.name.decode(errors="replace") if isinstance(info.name, bytes) else ""
@@ -251,25 +262,26 @@ class HygonBackend:
 
     def _partition(
         self,
+        dmi: HyDmiSurface,
         card_id: str,
-        card: Any,
+        card: c_void_p,
         dmi_index: int,
-        handle: Any,
+        handle: c_void_p,
         profiles: Mapping[int, _Profile],
         mig: _MigState,
         notes: list[str],
     ) -> PartitionInfo | None:
         """One MIG device, named and sized on its own handle; ``None`` when it cannot be."""
         try:
-            gpu_instance = int(self._mig("nvmlDeviceGetGpuInstanceId", handle))
-            compute_instance = int(self._mig("nvmlDeviceGetComputeInstanceId", handle))
+            gpu_instance = int(self._mig(dmi.nvmlDeviceGetGpuInstanceId, handle))
+            compute_instance = int(self._mig(dmi.nvmlDeviceGetComputeInstanceId, handle))
             info = self._mig(
-                "nvmlGpuInstanceGetInfo",
-                self._mig("nvmlDeviceGetGpuInstanceById", card, gpu_instance),
+                dmi.nvmlGpuInstanceGetInfo,
+                self._mig(dmi.nvmlDeviceGetGpuInstanceById, card, gpu_instance),
             )
             if info.device != card.value:
                 return None  # another card's instance: the index space is node-global
-            total = int(self._mig("nvmlDeviceGetMemoryInfo", handle).total)
+            total = int(self._mig(dmi.nvmlDeviceGetMemoryInfo, handle).total)
         except HygonCallError as failure:
             notes.append(f"{card_id}: a MIG device is unreadable ({failure})")
             return None
@@ -294,13 +306,18 @@ class HygonBackend:
 
     def sample(self) -> list[CardSample]:
         """Whole-card figures from ROCm SMI; a figure the card refuses is absent."""
+        rocm_smi = self._rocm_smi
         cards, _ = self._detected.both()
         samples: list[CardSample] = []
         for card_id, card in cards.items():
-            total = quietly(self._rocm, "rsmi_dev_memory_total_get", card.index, RSMI_MEM_TYPE_VRAM)
-            used = quietly(self._rocm, "rsmi_dev_memory_usage_get", card.index, RSMI_MEM_TYPE_VRAM)
-            busy = quietly(self._rocm, "rsmi_dev_busy_percent_get", card.index)
-            power = quietly(self._rocm, "rsmi_dev_power_ave_get", card.index, 0)
+            total = quietly(
+                self._rocm, rocm_smi.rsmi_dev_memory_total_get, card.index, RSMI_MEM_TYPE_VRAM
+            )
+            used = quietly(
+                self._rocm, rocm_smi.rsmi_dev_memory_usage_get, card.index, RSMI_MEM_TYPE_VRAM
+            )
+            busy = quietly(self._rocm, rocm_smi.rsmi_dev_busy_percent_get, card.index)
+            power = quietly(self._rocm, rocm_smi.rsmi_dev_power_ave_get, card.index, 0)
             samples.append(
                 CardSample(
                     id=card_id,
@@ -318,7 +335,11 @@ class HygonBackend:
         """The first sensor that answers, millidegrees to whole degrees."""
         for sensor in TEMPERATURE_SENSORS:
             value = quietly(
-                self._rocm, "rsmi_dev_temp_metric_get", index, sensor, RSMI_TEMP_CURRENT
+                self._rocm,
+                self._rocm_smi.rsmi_dev_temp_metric_get,
+                index,
+                sensor,
+                RSMI_TEMP_CURRENT,
             )
             if value is not None:
                 return round(int(value) / 1000)
@@ -343,11 +364,11 @@ class HygonBackend:
                 )
                 continue
             if listed is None:
-                listed = process_devices(self._rocm)
+                listed = process_devices(self._rocm, self._rocm_smi)
             if isinstance(listed, LibraryCallError):
                 result[device_id] = DeviceProcesses.unread(device_id, listed.reason)
                 continue
-            rows = device_rows(self._rocm, listed, card.index)
+            rows = device_rows(self._rocm, self._rocm_smi, listed, card.index)
             result[device_id] = DeviceProcesses(
                 device_id,
                 rows=rows.rows,
@@ -361,10 +382,11 @@ class HygonBackend:
     def partitions(self, partition_ids: Sequence[str]) -> dict[str, PartitionSample]:
         """Memory and compute of each partition, both read on the partition's own handle."""
         _, partitions = self._detected.both()
+        dmi = self._dmi
         result: dict[str, PartitionSample] = {}
         for partition_id in partition_ids:
             found = partitions.get(partition_id)
-            if found is None:
+            if found is None or dmi is None:
                 # This library does serve partition compute, so its absence here is the same
                 # transient gap as memory's, not a capability.
                 result[partition_id] = PartitionSample.unread(
@@ -376,12 +398,12 @@ class HygonBackend:
             total = used = cores = None
             memory_reason = cores_reason = None
             try:
-                memory = self._mig("nvmlDeviceGetMemoryInfo", found.handle)
+                memory = self._mig(dmi.nvmlDeviceGetMemoryInfo, found.handle)
                 total, used = bytes_to_mib(int(memory.total)), bytes_to_mib(int(memory.used))
             except HygonCallError as failure:
                 memory_reason = failure.reason
             try:
-                cores = int(self._mig("nvmlDeviceGetUtilizationRates", found.handle).gpu)
+                cores = int(self._mig(dmi.nvmlDeviceGetUtilizationRates, found.handle).gpu)
             except HygonCallError as failure:
                 cores_reason = failure.reason
             result[partition_id] = PartitionSample(
@@ -397,22 +419,22 @@ class HygonBackend:
 
     def close(self) -> None:
         """Shut ROCm SMI down (``libhydmi_mig`` has no shutdown); errors change nothing."""
-        quietly(self._rocm, "rsmi_shut_down")
+        quietly(self._rocm, self._rocm_smi.rsmi_shut_down)
 
 
 @dataclass(frozen=True)
 class _MigState:
+    dmi: HyDmiSurface
+    """The loaded library: a pass with MIG state has one, so its calls need no ``None`` check."""
     cards: int
     """``nvmlDeviceGetCount``: with each card's maximum, bounds the node-global index sweep."""
     registry: Mapping[tuple[int, int, int], str]
     """``(DMI index, GI id, CI id)`` → instance UUID, from ``/etc/dmi_mig_config/ci``."""
 
 
-def _parse_registry(files: Any) -> dict[tuple[int, int, int], str]:
+def _parse_registry(files: Mapping[str, str]) -> dict[tuple[int, int, int], str]:
     """Conf file names → the three numbers they encode; other names are not instances."""
     registry: dict[tuple[int, int, int], str] = {}
-    if not isinstance(files, Mapping):
-        return registry
     for name, uuid in files.items():
         match = CONF_NAME.match(str(name))
         if match is None or not uuid:
