@@ -15,11 +15,22 @@ import pytest
 
 from gpustack_cli.simulator_cmds import recordable
 from gpustack_core import manufacturers
+from gpustack_core.capacity import node_capacity
+from gpustack_core.devices import (
+    AcceleratorSpec,
+    AcceleratorStatus,
+    GroupSpec,
+    PhysicalProfile,
+    PhysicalSliced,
+)
 from gpustack_core.features import Card as FeatureCard
 from gpustack_core.features import groups_from_cards
+from gpustack_core.instance import Resources
+from gpustack_core.kueueconfig import excluded_prefixes, transformations
 from gpustack_core.manufacturers import DRI, DeviceNode, Maker
-from gpustack_core.modes import Manufacturer, sliced_cores_resource
-from gpustack_core.podmatch import default_bases_json
+from gpustack_core.modes import AllocationMode, Manufacturer, sliced_cores_resource
+from gpustack_core.podmatch import asks_expression, default_bases_json, folded_expression
+from gpustack_core.requests import is_accelerator_resource, parse_pod, selects
 from gpustack_core.resourceconfig import configured_bases, names_with
 from gpustack_core.resources import ResourceNames
 from gpustack_devicemanager.deviceplugin import injection
@@ -28,6 +39,7 @@ from gpustack_simulator.scenario.builders import pci_present_label
 from gpustack_vendors import loading, registry
 from gpustack_vendors.model import CardSample, Detection, DeviceProcesses, PartitionSample
 from gpustack_vendors.registry import Bindings, Library, Vendor
+from gpustack_worker.instances.render import accelerator_limits
 
 ACME = Maker(
     name="acme",
@@ -104,6 +116,15 @@ ACME_VENDOR = Vendor(
 
 @pytest.fixture
 def acme(monkeypatch: pytest.MonkeyPatch) -> None:
+    """acme's row and registry entry, added after every module here was imported.
+
+    So each place below is shown to read the table when it is asked, not when it was imported.
+    The one exception left is the CLI's ``--help`` text (``device-manager detect
+    --manufacturer``, ``simulator record``): typer fixes an option's help when the command is
+    defined, at ``gpustack_cli.main``'s import, and it lists the rows then. A real new row is in
+    the table before anything imports, so its help lists it; only this fixture's late row is
+    missing there, and what the commands accept (``recordable()``) is read at the call.
+    """
     monkeypatch.setitem(manufacturers.MANUFACTURERS, "acme", ACME)
     monkeypatch.setitem(registry.VENDORS, "acme", ACME_VENDOR)
 
@@ -155,11 +176,81 @@ def test_the_vendor_package_the_daemon_and_the_simulator_see_it(tmp_path: Path) 
         injection.vendor("acme")
 
 
+BASE = "acme.example/npu"
+"""acme's row's resource base, written out: every name below is spelled from it by hand."""
+
+
+def _pod(limits: dict[str, str]) -> dict[str, object]:
+    return {"spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]}}
+
+
+@pytest.mark.usefixtures("acme")
+def test_the_default_names_are_the_table_at_the_call() -> None:
+    """Where no names are passed (the Pod webhook's and Kueue's defaults, the webhook's CEL),
+    acme's are among them. These read ``requests.DEFAULT_NAMES``, a tuple taken at import,
+    which a row added later never reached."""
+    assert is_accelerator_resource(f"{BASE}.sliced")
+    assert is_accelerator_resource("device.gpustack.ai/acme.visibility")
+    assert selects(_pod({BASE: "1"}))
+    [container] = parse_pod(_pod({BASE: "2"}))
+    [request] = container.requests
+    assert (request.names.base, request.mode, request.count) == (
+        BASE,
+        AllocationMode.EXCLUSIVE,
+        2,
+    )
+    assert f"'{BASE}'" in asks_expression()
+    assert f"'{BASE}.sliced'" in folded_expression()
+    assert {
+        "input": BASE,
+        "strategy": "Replace",
+        "outputs": {"credits.gpustack.ai/acme": "1600000"},
+    } in (transformations())
+    assert f"{BASE}.sliced.memory-percentage" in excluded_prefixes()
+
+
+@pytest.mark.usefixtures("acme")
+def test_the_partition_word_is_the_table_at_the_call() -> None:
+    """acme partitions into ``slab``s: every place that spells or reads a partition resource
+    says ``slab`` (these read ``resources.PARTITION_KINDS``, a dict taken at import, and
+    refused acme's partitions as "no hardware partitioning")."""
+    [container] = parse_pod(_pod({f"{BASE}.partitioned": "1", f"{BASE}.partitioned.slab-2c": "1"}))
+    [request] = container.requests
+    assert (request.mode, request.partition_kind, request.partition_profile) == (
+        AllocationMode.PARTITIONED,
+        "slab",
+        "2c",
+    )
+    assert f"{BASE}.partitioned.slab-" in excluded_prefixes()
+    assert {
+        "input": f"{BASE}.partitioned.units",
+        "strategy": "Replace",
+        "outputs": {"credits.gpustack.ai/acme": "1"},
+    } in (transformations())
+    card = AcceleratorSpec(
+        id="a-0",
+        index=0,
+        status=AcceleratorStatus(
+            physical_sliced=PhysicalSliced(profiles=(PhysicalProfile(name="2c", count=3),), count=3)
+        ),
+    )
+    offered = node_capacity([GroupSpec(id="n1", manufacturer="acme", accelerators=(card,))])
+    assert offered[f"{BASE}.partitioned.slab-2c"] == 3
+    assert offered[f"{BASE}.partitioned.units"] == 1_600_000
+    limits = accelerator_limits(
+        Resources(accelerator=1, accelerator_partitioned_profile="2c"), ResourceNames.of("acme")
+    )
+    assert limits == {f"{BASE}.partitioned": "1", f"{BASE}.partitioned.slab-2c": "1"}
+
+
 def test_without_the_row_nothing_knows_acme() -> None:
     with pytest.raises(ValueError, match="acme"):
         ResourceNames.of("acme")
     assert device_nodes("acme", [Card("a-1", 1)]) == []
     assert "acme" not in recordable()
+    assert not is_accelerator_resource(f"{BASE}.sliced")
+    assert not selects(_pod({BASE: "1"}))
+    assert f"'{BASE}'" not in asks_expression()
 
 
 def test_every_name_code_spells_has_a_row() -> None:

@@ -16,8 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpustack_core.kueueconfig import excluded_prefixes, resources, transformations
-from gpustack_core.requests import DEFAULT_NAMES
-from gpustack_core.resources import ResourceNames
+from gpustack_core.resources import ResourceNames, default_names
 
 M = 1_600_000
 
@@ -94,7 +93,7 @@ def test_an_overridden_base_name_is_followed() -> None:
     cards=st.integers(0, 8),
     shares=st.integers(0, 8),
     units=st.integers(0, M),
-    mfr=st.sampled_from([n.base for n in DEFAULT_NAMES]),
+    mfr=st.sampled_from([n.base for n in default_names()]),
 )
 def test_credits_never_pass_whole_cards(cards: int, shares: int, units: int, mfr: str) -> None:
     """Whatever mix a Pod asks, its credits are what its cards, shares and units are worth."""
@@ -102,5 +101,5 @@ def test_credits_never_pass_whole_cards(cards: int, shares: int, units: int, mfr
     if units:
         pod |= {f"{mfr}.sliced": 1, f"{mfr}.sliced.units": units}
     counted = kueue_requests({k: v for k, v in pod.items() if v}, CONFIG)
-    assert set(counted) <= {f"credits.gpustack.ai/{n.manufacturer}" for n in DEFAULT_NAMES}
+    assert set(counted) <= {f"credits.gpustack.ai/{n.manufacturer}" for n in default_names()}
     assert sum(counted.values()) == cards * M + shares * M // 10 + units

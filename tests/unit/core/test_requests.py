@@ -23,7 +23,6 @@ from gpustack_core.devices import (
     PhysicalSliced,
 )
 from gpustack_core.requests import (
-    DEFAULT_NAMES,
     Cards,
     RequestError,
     fold_mib,
@@ -32,6 +31,7 @@ from gpustack_core.requests import (
     review,
     selects,
 )
+from gpustack_core.resources import default_names
 from gpustack_core.units import UNITS_PER_ACCELERATOR, slice_memory_mib
 
 H100_MIB = 81_559
@@ -487,7 +487,7 @@ KEYS = st.one_of(
     st.sampled_from(
         [
             n.base + suffix
-            for n in DEFAULT_NAMES
+            for n in default_names()
             for suffix in (
                 "",
                 ".shared",
@@ -503,7 +503,7 @@ KEYS = st.one_of(
                 ".partitioned.x",
             )
         ]
-        + [n.visibility for n in DEFAULT_NAMES]
+        + [n.visibility for n in default_names()]
         + ["cpu", "memory"]
     ),
     st.text(max_size=40),

@@ -31,7 +31,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gpustack_core.devices import AcceleratorSpec, GroupSpec
-from gpustack_core.resources import PARTITION_KINDS, ResourceNames
+from gpustack_core.manufacturers import partition_kind
+from gpustack_core.resources import ResourceNames
 from gpustack_core.units import UNITS_PER_ACCELERATOR
 
 PERCENT = 100
@@ -91,7 +92,7 @@ def node_capacity(
             names = ResourceNames.of(group.manufacturer, (bases or {}).get(group.manufacturer))
         except ValueError:
             continue
-        kind = PARTITION_KINDS.get(group.manufacturer)
+        kind = partition_kind(group.manufacturer)
         for card in group.accelerators:
             if card.status.unhealthy:
                 continue

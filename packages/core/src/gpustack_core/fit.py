@@ -45,7 +45,6 @@ from gpustack_core.features import accelerator_key
 from gpustack_core.modes import AllocationMode
 from gpustack_core.names import qualified_name_errors
 from gpustack_core.requests import (
-    DEFAULT_NAMES,
     ContainerRequests,
     Decision,
     fold_mib,
@@ -96,7 +95,7 @@ class Ask:
 
 
 def pod_asks(
-    pod: Mapping[str, Any], names: Sequence[ResourceNames] = DEFAULT_NAMES
+    pod: Mapping[str, Any], names: Sequence[ResourceNames] | None = None
 ) -> tuple[Ask, ...]:
     """The accelerator asks of a Pod or a PodTemplateSpec (a Workload's PodSet template).
 

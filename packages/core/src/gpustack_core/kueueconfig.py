@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any, Final
 
+from gpustack_core.manufacturers import partition_kind
 from gpustack_core.poolnames import credits_resource
-from gpustack_core.requests import DEFAULT_NAMES
-from gpustack_core.resources import PARTITION_KINDS, SHARES_PER_ACCELERATOR, ResourceNames
+from gpustack_core.resources import SHARES_PER_ACCELERATOR, ResourceNames, default_names
 from gpustack_core.units import UNITS_PER_ACCELERATOR
 
 GENERAL_EXCLUSIONS: Final = ("cpu", "memory", "ephemeral-storage", "hugepages-")
@@ -56,10 +56,13 @@ def _rule(
     return entry
 
 
-def transformations(names: Sequence[ResourceNames] = DEFAULT_NAMES) -> list[dict[str, Any]]:
-    """Kueue ``resources.transformations``: every accelerator request into its credits."""
+def transformations(names: Sequence[ResourceNames] | None = None) -> list[dict[str, Any]]:
+    """Kueue ``resources.transformations``: every accelerator request into its credits.
+
+    ``names`` defaults to every manufacturer's at its default base, read from the table now.
+    """
     found: list[dict[str, Any]] = []
-    for resource in names:
+    for resource in default_names() if names is None else names:
         credits = credits_resource(resource.manufacturer)
         rule = partial(_rule, credits)
         found += [
@@ -68,27 +71,27 @@ def transformations(names: Sequence[ResourceNames] = DEFAULT_NAMES) -> list[dict
             rule(resource.sliced_units, 1, resource.sliced),
             rule(resource.sliced, None),
         ]
-        if resource.manufacturer in PARTITION_KINDS:
+        if partition_kind(resource.manufacturer) is not None:
             found += [rule(resource.partitioned_units, 1), rule(resource.partitioned, None)]
     return found
 
 
-def excluded_prefixes(names: Sequence[ResourceNames] = DEFAULT_NAMES) -> list[str]:
+def excluded_prefixes(names: Sequence[ResourceNames] | None = None) -> list[str]:
     """Kueue ``resources.excludeResourcePrefixes``: what no queue of ours declares."""
     found = [*GENERAL_EXCLUSIONS, VISIBILITY_PREFIX]
-    for resource in names:
+    for resource in default_names() if names is None else names:
         found += [
             resource.sliced_memory_percentage,
             resource.sliced_memory_mib,
             resource.sliced_cores_percentage,
         ]
-        kind = PARTITION_KINDS.get(resource.manufacturer)
+        kind = partition_kind(resource.manufacturer)
         if kind is not None:
             found.append(resource.partitioned_profile(kind, ""))
     return found
 
 
-def resources(names: Sequence[ResourceNames] = DEFAULT_NAMES) -> dict[str, Any]:
+def resources(names: Sequence[ResourceNames] | None = None) -> dict[str, Any]:
     """The whole ``resources`` block of Kueue's ``Configuration`` (config.kueue.x-k8s.io)."""
     return {
         "excludeResourcePrefixes": excluded_prefixes(names),

@@ -32,8 +32,7 @@ from typing import Final
 
 from gpustack_core import contract
 from gpustack_core.manufacturers import rows
-from gpustack_core.requests import DEFAULT_NAMES
-from gpustack_core.resources import ResourceNames
+from gpustack_core.resources import ResourceNames, default_names
 
 ASKS: Final = "asks-for-accelerators"
 NOT_OPTED_OUT: Final = "not-opted-out"
@@ -64,15 +63,20 @@ def _any_key(predicate: str) -> str:
     return f"{containers}.exists(c, has(c.resources) && {maps}.exists(m, m.exists(k, {predicate})))"
 
 
-def asks_expression(names: Sequence[ResourceNames] = DEFAULT_NAMES) -> str:
-    """CEL: the Pod names one of ``names``' resources (any suffix of a base, or visibility)."""
+def asks_expression(names: Sequence[ResourceNames] | None = None) -> str:
+    """CEL: the Pod names one of ``names``' resources (any suffix of a base, or visibility).
+
+    ``names`` defaults to every manufacturer's at its default base, read from the table now.
+    """
+    names = default_names() if names is None else names
     bases = _quoted([n.base for n in names])
     visibility = _quoted([n.visibility for n in names])
     return _any_key(f"k in {visibility} || {bases}.exists(b, k == b || k.startsWith(b + '.'))")
 
 
-def folded_expression(names: Sequence[ResourceNames] = DEFAULT_NAMES) -> str:
+def folded_expression(names: Sequence[ResourceNames] | None = None) -> str:
     """CEL: the Pod names a slice or partition resource, whose units only the webhook writes."""
+    names = default_names() if names is None else names
     prefixes = _quoted([p for n in names for p in (n.sliced, n.partitioned)])
     return _any_key(f"{prefixes}.exists(p, k == p || k.startsWith(p + '.'))")
 
@@ -86,7 +90,7 @@ def opted_out_expression() -> str:
     )
 
 
-def match_conditions(names: Sequence[ResourceNames] = DEFAULT_NAMES) -> list[dict[str, str]]:
+def match_conditions(names: Sequence[ResourceNames] | None = None) -> list[dict[str, str]]:
     """The Pod webhooks' ``matchConditions``; kube-apiserver sends a Pod when all are true."""
     return [
         {"name": ASKS, "expression": asks_expression(names)},
@@ -97,7 +101,7 @@ def match_conditions(names: Sequence[ResourceNames] = DEFAULT_NAMES) -> list[dic
     ]
 
 
-def match_conditions_json(names: Sequence[ResourceNames] = DEFAULT_NAMES) -> str:
+def match_conditions_json(names: Sequence[ResourceNames] | None = None) -> str:
     """:func:`match_conditions` as the chart's file holds it (indented JSON, one newline)."""
     return json.dumps(match_conditions(names), indent=2) + "\n"
 

@@ -34,9 +34,10 @@ from typing import Any, Literal
 
 from gpustack_core import contract
 from gpustack_core.devices import GroupSpec
-from gpustack_core.modes import AllocationMode, Manufacturer
+from gpustack_core.manufacturers import partition_kind
+from gpustack_core.modes import AllocationMode
 from gpustack_core.quantity import QuantityError, parse_quantity
-from gpustack_core.resources import PARTITION_KINDS, ResourceNames
+from gpustack_core.resources import ResourceNames, default_names
 from gpustack_core.units import UNITS_PER_ACCELERATOR, ceil_div
 
 QUEUE_NAME_LABEL = contract.KUEUE_QUEUE_LABEL
@@ -48,8 +49,6 @@ UNITS_PER_PERCENT = UNITS_PER_ACCELERATOR // 100
 DEFAULT_CORES_PERCENTAGE = 100
 """A slice without a compute cap may use the whole card's compute."""
 
-DEFAULT_NAMES: tuple[ResourceNames, ...] = tuple(ResourceNames.of(m) for m in Manufacturer)
-"""Every manufacturer's names at their default bases."""
 
 _PROFILE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._+-]*[A-Za-z0-9])?")
 
@@ -179,9 +178,17 @@ def _classify(key: str, names: Sequence[ResourceNames]) -> tuple[ResourceNames, 
     return None
 
 
-def is_accelerator_resource(key: str, names: Sequence[ResourceNames] = DEFAULT_NAMES) -> bool:
-    """Whether ``key`` is one of the extended resources this project serves or folds."""
-    return _classify(key, names) is not None
+def is_accelerator_resource(key: str, names: Sequence[ResourceNames] | None = None) -> bool:
+    """Whether ``key`` is one of the extended resources this project serves or folds.
+
+    ``names`` defaults to every manufacturer's at its default base (:func:`default_names`, read
+    at the call), as in every judging function here.
+    """
+    return _classify(key, _or_default(names)) is not None
+
+
+def _or_default(names: Sequence[ResourceNames] | None) -> Sequence[ResourceNames]:
+    return default_names() if names is None else names
 
 
 def json_pointer_token(key: str) -> str:
@@ -400,7 +407,7 @@ def _partitioned(
     profiles: Sequence[tuple[str, int]],
     count: int,
 ) -> AcceleratorRequest:
-    kind = PARTITION_KINDS.get(n.manufacturer)
+    kind = partition_kind(n.manufacturer)
     if kind is None:
         raise RequestError(
             f"{_limit(where, n.partitioned)}: Forbidden: {n.manufacturer} accelerators have no "
@@ -451,13 +458,14 @@ def _partitioned(
 
 
 def parse_pod(
-    pod: Mapping[str, Any], names: Sequence[ResourceNames] = DEFAULT_NAMES
+    pod: Mapping[str, Any], names: Sequence[ResourceNames] | None = None
 ) -> tuple[ContainerRequests, ...]:
     """Every container's accelerator requests, each container's shape checked.
 
     Raises :class:`RequestError` for the first broken per-container rule; containers that
     request no accelerator are left out.
     """
+    names = _or_default(names)
     out = []
     for where, pointer, group, container in _containers(pod):
         limits, has_requests = _resource_maps(container, where, names)
@@ -477,7 +485,7 @@ def parse_pod(
     return tuple(c for c in out if c.requests)
 
 
-def selects(pod: Mapping[str, Any], names: Sequence[ResourceNames] = DEFAULT_NAMES) -> bool:
+def selects(pod: Mapping[str, Any], names: Sequence[ResourceNames] | None = None) -> bool:
     """Whether the webhook judges this Pod at all.
 
     The reference selects only Pods carrying ``kueue.x-k8s.io/queue-name``. This webhook also
@@ -492,6 +500,7 @@ def selects(pod: Mapping[str, Any], names: Sequence[ResourceNames] = DEFAULT_NAM
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         return False
+    names = _or_default(names)
     for key in ("initContainers", "containers"):
         listed = spec.get(key)
         for container in listed if isinstance(listed, list) else ():
@@ -654,7 +663,7 @@ def review(
     cards: Mapping[str, Cards],
     *,
     phase: Phase = "mutate",
-    names: Sequence[ResourceNames] = DEFAULT_NAMES,
+    names: Sequence[ResourceNames] | None = None,
 ) -> Decision:
     """Check every rule on ``pod`` and return the patch that folds its requests.
 
@@ -712,9 +721,7 @@ def _writes(c: ContainerRequests, resource: str, value: int) -> Iterable[dict[st
 
 __all__ = [
     "DEFAULT_CORES_PERCENTAGE",
-    "DEFAULT_NAMES",
     "NO_CARDS",
-    "PARTITION_KINDS",
     "QUEUE_NAME_LABEL",
     "UNITS_PER_PERCENT",
     "AcceleratorRequest",

@@ -9,20 +9,12 @@ one component is the name read by the next. The suffixes are the reference opera
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
-from gpustack_core.manufacturers import MANUFACTURERS, resource_base
+from gpustack_core.manufacturers import resource_base, rows
 from gpustack_core.modes import AllocationMode
 
 SHARES_PER_ACCELERATOR = 10
 """``<base>.shared`` splits one card into this many shares (160,000 units each)."""
-PARTITION_KINDS: Final = {
-    row.name: row.partition_kind for row in MANUFACTURERS.values() if row.partition_kind
-}
-"""The manufacturers with hardware partitioning and their word for it (``<base>.partitioned.
-mig-<profile>``), from :mod:`gpustack_core.manufacturers` as the table stood at import; a
-manufacturer absent here has no ``.partitioned*`` resources at all. Use
-:func:`gpustack_core.manufacturers.partition_kind` to see a row added later."""
 VISIBILITY_TOKENS = 512
 """The Visibility pool's size: an SSH sidecar sees its sibling's cards, never a card of its own."""
 
@@ -119,3 +111,13 @@ class ResourceNames:
             AllocationMode.PARTITIONED: self.partitioned,
             AllocationMode.VISIBILITY: self.visibility,
         }[mode]
+
+
+def default_names() -> tuple[ResourceNames, ...]:
+    """Every manufacturer's names at its default base, in table order.
+
+    Read from :mod:`gpustack_core.manufacturers` at the call, never kept from import, so a row
+    added later (a test's fixture manufacturer) counts everywhere a caller passes no names.
+    Configured bases are :func:`gpustack_core.resourceconfig.names_with`'s.
+    """
+    return tuple(ResourceNames.of(row.name) for row in rows())

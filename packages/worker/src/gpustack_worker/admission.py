@@ -53,7 +53,6 @@ from gpustack_core.fit import decision_asks
 from gpustack_core.fitaffinity import pin, requirements
 from gpustack_core.modes import AllocationMode
 from gpustack_core.requests import (
-    DEFAULT_NAMES,
     QUEUE_NAME_LABEL,
     Cards,
     Decision,
@@ -62,7 +61,7 @@ from gpustack_core.requests import (
     review,
     selects,
 )
-from gpustack_core.resources import ResourceNames
+from gpustack_core.resources import ResourceNames, default_names
 from gpustack_kube.client import KubeClient, KubeError
 from gpustack_kube.paths import DEVICES
 
@@ -307,12 +306,13 @@ class AdmissionWebhook:
     def __init__(
         self,
         devices: DevicesCache,
-        names: Sequence[ResourceNames] = DEFAULT_NAMES,
+        names: Sequence[ResourceNames] | None = None,
         *,
         fit_affinity: Callable[[], bool] = lambda: False,
     ) -> None:
         self.devices = devices
-        self.names = tuple(names)
+        self.names = default_names() if names is None else tuple(names)
+        """The names judged: ``names``, else every manufacturer's default (the table at start)."""
         self.fit_affinity = fit_affinity
         """Whether to pin queued slices to the fit labels now (the worker publishes them and
         the Setting ``workload-fit-affinity`` is on), asked at each review."""
@@ -325,7 +325,7 @@ class AdmissionWebhook:
         cls,
         client: KubeClient,
         *,
-        names: Sequence[ResourceNames] = DEFAULT_NAMES,
+        names: Sequence[ResourceNames] | None = None,
         fit_affinity: Callable[[], bool] = lambda: False,
     ) -> AdmissionWebhook:
         """The webhook reading ``Devices`` through ``client``, judging ``names``."""

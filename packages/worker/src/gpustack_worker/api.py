@@ -37,8 +37,7 @@ from gpustack_core.names import (
     dns1123_subdomain_problem,
     path_segment_problem,
 )
-from gpustack_core.requests import DEFAULT_NAMES
-from gpustack_core.resources import ResourceNames
+from gpustack_core.resources import ResourceNames, default_names
 from gpustack_core.settings import Key, Settings
 from gpustack_core.status import StatusError, no_route, not_found
 from gpustack_kube.client import ApiError, KubeClient, KubeError, PatchType
@@ -100,9 +99,10 @@ class Surface:
     fit_labels: bool = False
     """The worker publishes the per-card fit labels, so the Pod webhook may pin to them (with
     the Setting ``workload-fit-affinity``)."""
-    names: Sequence[ResourceNames] = DEFAULT_NAMES
+    names: Sequence[ResourceNames] = field(default_factory=default_names)
     """The resource names the Pod webhook judges: the configured bases
-    (``gpustack_core.resourceconfig``), the same the device plugins register."""
+    (``gpustack_core.resourceconfig``), the same the device plugins register; by default
+    every manufacturer's at its default base, as the table stands when the surface is built."""
 
 
 def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:

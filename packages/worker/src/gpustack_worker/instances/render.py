@@ -18,8 +18,9 @@ from typing import Any, Final
 
 from gpustack_core import contract, settings
 from gpustack_core.instance import DEFAULT_VOLUME_MOUNT, Instance, Port, Resources
+from gpustack_core.manufacturers import partition_kind
 from gpustack_core.quantity import parse_quantity
-from gpustack_core.resources import PARTITION_KINDS, ResourceNames
+from gpustack_core.resources import ResourceNames
 from gpustack_core.units import ceil_fraction
 
 TYPE_LABEL: Final = "resource.gpustack.ai/type"
@@ -176,7 +177,7 @@ def accelerator_limits(resources: Resources, names: ResourceNames) -> dict[str, 
             limits[names.sliced_cores_percentage] = str(cores)
         return limits
     if profile:
-        kind = PARTITION_KINDS.get(names.manufacturer)
+        kind = partition_kind(names.manufacturer)
         if kind is None:
             raise RenderError(
                 f"spec.resources.acceleratorPartitionedProfile: {names.manufacturer} "
