@@ -64,6 +64,9 @@ INSTANCE_TYPE_MUTATE_PATH: Final = f"/mutate-worker-gpustack-ai-{CRD_VERSION}-in
 INSTANCE_TYPE_VALIDATE_PATH: Final = f"/validate-worker-gpustack-ai-{CRD_VERSION}-instancetype"
 """The InstanceType admission webhook (defaulting from the catalog flavor, immutability), same
 spelling, for CREATE and UPDATE."""
+METRIC_ACCESS_VALIDATE_PATH: Final = "/validate-observability-gpustack-ai-v1-metricaccess"
+"""The MetricAccess admission webhook (docs/multi-tenant-metrics.md, "Admission"), same
+spelling (``observability.gpustack.ai/v1``), for CREATE and UPDATE."""
 
 # -- the InstanceType chain over Kueue (shared/reference/instancetypes.md, the walkthrough) ----
 

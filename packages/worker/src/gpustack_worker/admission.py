@@ -64,6 +64,7 @@ from gpustack_core.requests import (
 from gpustack_core.resources import ResourceNames, default_names
 from gpustack_kube.client import KubeClient, KubeError
 from gpustack_kube.paths import DEVICES
+from gpustack_kube.reviews import UserInfo
 
 log = logging.getLogger("gpustack.worker.admission")
 
@@ -98,6 +99,13 @@ class _Kind(msgspec.Struct, frozen=True):
     kind: str = ""
 
 
+class _UserInfo(msgspec.Struct, frozen=True):
+    username: str = ""
+    uid: str = ""
+    groups: list[str] = msgspec.field(default_factory=list)
+    extra: dict[str, list[str]] = msgspec.field(default_factory=dict)
+
+
 class _Request(msgspec.Struct, frozen=True):
     uid: str
     kind: _Kind
@@ -106,6 +114,7 @@ class _Request(msgspec.Struct, frozen=True):
     name: str = ""
     object: dict[str, Any] | None = None
     old_object: dict[str, Any] | None = msgspec.field(default=None, name="oldObject")
+    user_info: _UserInfo | None = msgspec.field(default=None, name="userInfo")
 
 
 class _Review(msgspec.Struct, frozen=True, rename="camel"):
@@ -130,6 +139,10 @@ class Review:
     """``request.object``: what will be stored (``None`` for a DELETE)."""
     old: dict[str, Any] | None = None
     """``request.oldObject``: what is stored now (``None`` for a CREATE)."""
+    user: UserInfo | None = None
+    """``request.userInfo``: who asked, as the API server authenticated them (user, uid,
+    groups, extra); ``None`` when the review names nobody. A webhook that decides on the
+    requester's permissions asks a SubjectAccessReview for exactly this user."""
 
 
 def decode_review(body: bytes) -> Review:
@@ -159,7 +172,15 @@ def decode_review(body: bytes) -> Review:
         kind=request.kind.kind,
         obj=request.object,
         old=request.old_object,
+        user=_user(request.user_info),
     )
+
+
+def _user(info: _UserInfo | None) -> UserInfo | None:
+    if info is None or not info.username:
+        return None
+    extra = {key: tuple(values) for key, values in info.extra.items()}
+    return UserInfo(name=info.username, uid=info.uid, groups=tuple(info.groups), extra=extra)
 
 
 def _one_line(text: str) -> str:

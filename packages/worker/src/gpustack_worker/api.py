@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote, unquote
 
 import msgspec
@@ -52,6 +52,8 @@ from gpustack_worker.instance_admission import InstanceWebhook
 from gpustack_worker.instances_v1 import as_v1, storage_body, table, table_version
 from gpustack_worker.instancetype_admission import PHASES as INSTANCE_TYPE_PHASES
 from gpustack_worker.instancetype_admission import InstanceTypeWebhook
+from gpustack_worker.metricaccess_admission import PHASES as METRIC_ACCESS_PHASES
+from gpustack_worker.metricaccess_admission import MetricAccessWebhook
 from gpustack_worker.settings_api import SettingsStore, Texts, default_texts
 from gpustack_worker.subresource import Sources, Unavailable, instance_metrics_json
 from gpustack_worker.tls import presented_chain
@@ -94,6 +96,8 @@ class Surface:
     """The Instance webhook; ``None`` builds one sharing the Pod webhook's ``Devices`` cache."""
     instance_type_admission: InstanceTypeWebhook | None = None
     """The InstanceType webhook; ``None`` builds one sharing the same cache."""
+    metric_access_admission: MetricAccessWebhook | None = None
+    """The MetricAccess webhook; ``None`` builds one asking through ``sources.client``."""
     body_timeout: float = 10.0
     """Seconds a request body may take to arrive before the answer is ``408``."""
     fit_labels: bool = False
@@ -271,6 +275,8 @@ def build_app(surface: Surface, *, fast_path: bool = True) -> QuartTrio:
         surface.instance_type_admission = InstanceTypeWebhook(
             surface.sources.client, surface.admission.devices
         )
+    if surface.metric_access_admission is None:
+        surface.metric_access_admission = MetricAccessWebhook.of(surface.sources.client)
     routes = _Routes(surface)
     inner = _FastPath(app.asgi_app, routes) if fast_path else app.asgi_app
     app.asgi_app = RequestGuard(inner, _status_rejection)  # type: ignore[method-assign]
@@ -318,6 +324,12 @@ def build_app(surface: Surface, *, fast_path: bool = True) -> QuartTrio:
     return app
 
 
+ADMISSION_PATHS: Final = frozenset(
+    {*PHASES, *INSTANCE_PHASES, *INSTANCE_TYPE_PHASES, *METRIC_ACCESS_PHASES}
+)
+"""Every webhook's path: kube-apiserver calls them presenting no credential."""
+
+
 class _Routes:
     def __init__(self, surface: Surface) -> None:
         self.surface = surface
@@ -329,7 +341,7 @@ class _Routes:
         path = raw_path.rstrip("/") or "/"
         if path in HEALTH_PATHS:
             return self.health(path)
-        if path in PHASES or path in INSTANCE_PHASES or path in INSTANCE_TYPE_PHASES:
+        if path in ADMISSION_PATHS:
             # kube-apiserver presents no credential
             return await self.admission(path)
         user = await self.authenticate()
@@ -379,11 +391,14 @@ class _Routes:
         assert self.surface.admission is not None  # build_app made one
         assert self.surface.instance_admission is not None
         assert self.surface.instance_type_admission is not None
-        webhook: AdmissionWebhook | InstanceWebhook | InstanceTypeWebhook
+        assert self.surface.metric_access_admission is not None
+        webhook: AdmissionWebhook | InstanceWebhook | InstanceTypeWebhook | MetricAccessWebhook
         if path in PHASES:
             webhook = self.surface.admission
         elif path in INSTANCE_PHASES:
             webhook = self.surface.instance_admission
+        elif path in METRIC_ACCESS_PHASES:
+            webhook = self.surface.metric_access_admission
         else:
             webhook = self.surface.instance_type_admission
         status, answer = await webhook.handle(path, body)
