@@ -302,6 +302,83 @@ def worker(
         fail("gpustack-operator worker", found, json_logs=log_json)
 
 
+@app.command("metrics-gateway")
+def metrics_gateway(
+    secure_port: Annotated[int, typer.Option(min=0, max=65535, help="HTTPS port.")] = 8443,
+    bind_address: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    cert_dir: Annotated[
+        Path | None, typer.Option(help="tls.crt/tls.key (default: self-signed).")
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG, else in-cluster).")
+    ] = None,
+    context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
+    system_namespace: Annotated[
+        str,
+        typer.Option(
+            envvar="POD_NAMESPACE",
+            callback=_namespace,
+            help="The release namespace, where the controller's Lease lives ($POD_NAMESPACE).",
+        ),
+    ] = contract.SYSTEM_NAMESPACE,
+    label_proxy_url: Annotated[
+        str,
+        typer.Option(
+            help="prom-label-proxy (-label namespace) in front of the cluster Prometheus."
+        ),
+    ] = "http://127.0.0.1:9091",
+    cluster_prometheus_url: Annotated[
+        str | None,
+        typer.Option(help="The cluster Prometheus, for metricIsolation: false (default: refused)."),
+    ] = None,
+    gateway: Annotated[
+        bool, typer.Option(help="Serve the tenants' query gateway (every replica).")
+    ] = True,
+    metricaccess_controller: Annotated[
+        bool,
+        typer.Option(help="Deliver MetricAccess slices by remote write (leader-elected)."),
+    ] = True,
+    log_level: LogLevel = "info",
+    log_json: Annotated[bool, typer.Option(help="Log JSON lines.")] = False,
+) -> None:
+    """Serve the per-tenant metrics gateway and run the MetricAccess controller."""
+    import trio
+
+    from gpustack_cli import logs
+    from gpustack_worker.metricsdaemon import (
+        MetricsDaemonOptions,
+        StartupError,
+        serve_until_signalled,
+    )
+
+    logs.configure(log_level, json_logs=log_json)
+    if not (gateway or metricaccess_controller):
+        fail(
+            "gpustack-operator metrics-gateway",
+            "--no-gateway and --no-metricaccess-controller leave nothing to run",
+            json_logs=log_json,
+        )
+    options = MetricsDaemonOptions(
+        secure_port=secure_port,
+        bind_address=bind_address,
+        cert_dir=cert_dir,
+        kubeconfig=kubeconfig,
+        kube_context=context,
+        label_proxy_url=label_proxy_url,
+        cluster_url=cluster_prometheus_url,
+        gateway=gateway,
+        controller=metricaccess_controller,
+        system_namespace=system_namespace,
+    )
+    try:
+        trio.run(serve_until_signalled, options)
+    except (StartupError, BaseExceptionGroup) as exc:
+        found = _first(exc, StartupError)
+        if found is None:
+            raise
+        fail("gpustack-operator metrics-gateway", found, json_logs=log_json)
+
+
 KubeletAccessMode = Annotated[
     str,
     typer.Option(

@@ -135,6 +135,9 @@ class MetricsGateway:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Check, authorize, forward; every refusal one line of text."""
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         method = str(scope["method"])
@@ -200,6 +203,17 @@ async def _body(receive: Receive) -> bytes | None:
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    """Nothing to start or stop; a server (hypercorn) waits for both answers."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 async def _answer(send: Send, status: int, line: str) -> None:

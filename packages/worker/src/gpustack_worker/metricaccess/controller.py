@@ -31,6 +31,7 @@ import trio
 from gpustack_core.metricaccess import GROUP, PLURAL, VERSION, MetricsError, spec_from_object
 from gpustack_kube.client import KubeClient, NotFound
 from gpustack_kube.informer import Informer, Key
+from gpustack_kube.leader import ElectionConfig, LeaderElector
 from gpustack_kube.paths import Resource
 from gpustack_kube.workqueue import WorkQueue
 from gpustack_worker.keyworkers import KeyWorkers, write_log
@@ -57,6 +58,8 @@ class MetricAccessOptions:
     ``isolating_url``: prom-label-proxy in front of the cluster Prometheus (isolated reads).
     ``cluster_url``: the cluster Prometheus itself, for ``metricIsolation: false``; ``None``
     refuses such objects. ``resolve``: a target's base URL (its Service's cluster DNS name).
+    ``election``: the Lease the replicas elect a leader on; only the leader delivers, so two
+    replicas never write one slice twice (``None``: this process delivers alone, as a test).
     """
 
     isolating_url: str
@@ -64,6 +67,7 @@ class MetricAccessOptions:
     resolve: Resolve = in_cluster
     workers: int = 2
     timeout: float = 10.0
+    election: ElectionConfig | None = None
 
 
 def _now_rfc3339(seconds: float) -> str:
@@ -94,17 +98,35 @@ class MetricAccessController:
         """(spec, when the next delivery is due): the status write's own watch event,
         or a resync, must not deliver again before the interval is up."""
         self._http: httpx.AsyncClient | None = None
+        self.elector = None if options.election is None else LeaderElector(client, options.election)
 
     def _changed(self, key: Key) -> None:
         self.queue.add(f"{key[0]}/{key[1]}")
 
     async def run(self) -> None:
-        """The informer, then the workers, until cancelled."""
+        """The informer always; the workers while this replica leads, until cancelled.
+
+        The informer runs on every replica so a new leader starts warm; its high-water marks
+        start empty, so its first delivery re-sends the interval's samples, which the target
+        keeps once (Prometheus drops a sample it already holds).
+        """
         async with httpx.AsyncClient(timeout=self.options.timeout) as http:
             self._http = http
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.objects.run)
-                await self.workers.run(self.options.workers)
+                if self.elector is None:
+                    await self.workers.run(self.options.workers)
+                else:
+                    await self.elector.run(self._lead)
+
+    async def _lead(self) -> None:
+        """Deliver while leading; a lost lease cancels this, and the next term starts afresh."""
+        self._marks.clear()
+        self._due.clear()
+        for obj in self.objects.objects():
+            meta = obj.get("metadata") or {}
+            self.queue.add(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+        await self.workers.run(self.options.workers)
 
     async def drain(self, timeout: float = 10.0) -> None:
         """Stop taking keys and wait (at most ``timeout``) for the deliveries in flight."""
