@@ -1,3 +1,5 @@
+# The library's C names, spelled as its header spells them (a binding, not our API):
+# ruff: noqa: N801
 """A ctypes binding for Huawei Ascend DCMI (``libdcmi.so``), declaring only what the backend calls.
 
 gpustack's ``pydcmi`` passes a single ``dcmi_proc_mem_info`` to ``dcmi_get_device_resource_info``

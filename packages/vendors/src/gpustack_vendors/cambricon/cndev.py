@@ -1,3 +1,5 @@
+# The library's C names, spelled as its header spells them (a binding, not our API):
+# ruff: noqa: N801, N802, N815
 """A ctypes binding for Cambricon CNDev (``libcndev.so``, shipped with Neuware).
 
 Only the entry points the Cambricon backend calls are declared. Facts taken from ``cndev.h``

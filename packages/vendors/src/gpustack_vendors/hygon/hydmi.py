@@ -1,3 +1,5 @@
+# The library's C names, spelled as its header spells them (a binding, not our API):
+# ruff: noqa: N801, N802, N815
 """A ctypes binding for Hygon's Multi-Instance library, ``libhydmi_mig.so.1``.
 
 Hygon carves a DCU into GPU instances (GI) and compute instances (CI) the way NVIDIA MIG does,

@@ -1,3 +1,5 @@
+# The library's C names, spelled as its header spells them (a binding, not our API):
+# ruff: noqa: N801, N802, N815, N816
 """A ctypes binding for Iluvatar IXML (``libixml.so`` from CoreX, ``$COREX_HOME``).
 
 IXML is a copy of NVML: the library exports ``nvml*`` symbols with NVML's structs and return

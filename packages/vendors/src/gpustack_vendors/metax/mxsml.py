@@ -1,3 +1,5 @@
+# The library's C names, spelled as its header spells them (a binding, not our API):
+# ruff: noqa: N801, N802, N815
 """A ctypes binding for MetaX MXSML (``libmxsml.so`` under ``/opt/mxdriver`` or ``/opt/maca``).
 
 Only the entry points the MetaX backend calls are declared. Facts taken from ``MxSml.h`` (as

@@ -1,3 +1,5 @@
+# The library's C names, spelled as its header spells them (a binding, not our API):
+# ruff: noqa: N801, N802, N815, N816
 """A ctypes binding for T-Head HGML (``libhgml.so``), declaring only what the backend calls.
 
 HGML is an NVML clone: every NVML call exists as ``hgml*``, with ``hgmlReturn_t`` using NVML's
