@@ -36,6 +36,7 @@ from gpustack_core.modes import AllocationMode
 from gpustack_core.resources import ResourceNames
 from gpustack_devicemanager.daemon import Running, ServeOptions, serve
 from gpustack_devicemanager.deviceplugin.allocate import Allocator
+from gpustack_devicemanager.deviceplugin.injection import DEV
 from gpustack_devicemanager.deviceplugin.manager import (
     DevicePlugins,
     PluginOptions,
@@ -97,9 +98,23 @@ def amd() -> Inventory:
         id="rx7800xt",
         manufacturer="amd",
         memory=16_368,
-        accelerators=(AcceleratorSpec(id="0000:03:00.0", index=0),),
+        accelerators=(
+            AcceleratorSpec(id="0000:03:00.0", index=0, topology=Topology(pci_bus_id=AMD_BUS)),
+        ),
     )
     return Inventory(groups=(group,))
+
+
+AMD_BUS = "0000:03:00.0"
+
+
+def drm_tree(root: Path, bus: str, card: str, render: str) -> Path:
+    """A ``/dev`` whose udev ``by-path`` links name ``bus``'s DRM nodes (as on a real node)."""
+    by_path = root / "dri" / "by-path"
+    by_path.mkdir(parents=True)
+    (by_path / f"pci-{bus}-card").symlink_to(f"../{card}")
+    (by_path / f"pci-{bus}-render").symlink_to(f"../{render}")
+    return root
 
 
 @dataclass
@@ -162,7 +177,12 @@ def device_manager(cluster: RunningCluster) -> KubeConfig:
 
 @asynccontextmanager
 async def stack(
-    tmp_path: Path, manufacturer: str, inventory: Inventory, *, identify_seconds: float = 1.0
+    tmp_path: Path,
+    manufacturer: str,
+    inventory: Inventory,
+    *,
+    identify_seconds: float = 1.0,
+    dev: Path = DEV,
 ) -> AsyncIterator[Stack]:
     # Unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer.
     short = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))
@@ -188,6 +208,8 @@ async def stack(
                 lambda: informer.objects() if informer.synced else None,
                 pod_resources_socket=kubelet.pod_resources_socket,
                 identify_seconds=identify_seconds,
+                dev=dev,
+                sysfs=tmp_path / "no-sysfs",
             )
             nursery.start_soon(follow_pods, informer.wait_changed, allocator)
             options = PluginOptions(
@@ -415,7 +437,10 @@ async def test_partitioned_allocation_records_the_partition_and_selects_it(
 
 
 async def test_amd_exclusive_mounts_the_device_nodes(tmp_path: Path) -> None:
-    async with stack(tmp_path, "amd", amd()) as s:
+    # The card's DRM minors are not its index (card1/renderD129 for card index 0, as when an
+    # integrated GPU took the first minors): the nodes come from its PCI address, never the index.
+    dev = drm_tree(tmp_path / "dev", AMD_BUS, "card1", "renderD129")
+    async with stack(tmp_path, "amd", amd(), dev=dev) as s:
         kubelet = s.kubelet
         await wait_for(s, lambda: len(kubelet.devices("amd.com/gpu")) == 1)
         assert "amd.com/gpu.sliced" not in kubelet.plugins, "no AMD slice count is stated"
@@ -428,10 +453,9 @@ async def test_amd_exclusive_mounts_the_device_nodes(tmp_path: Path) -> None:
             "main",
         )
         assert dict(answer.envs) == {"AMD_VISIBLE_DEVICES": "none"}
+        expected = [str(dev / "kfd"), str(dev / "dri" / "card1"), str(dev / "dri" / "renderD129")]
         assert [(d.container_path, d.host_path, d.permissions) for d in answer.devices] == [
-            ("/dev/kfd", "/dev/kfd", "rw"),
-            ("/dev/dri/card0", "/dev/dri/card0", "rw"),
-            ("/dev/dri/renderD128", "/dev/dri/renderD128", "rw"),
+            (path, path, "rw") for path in expected
         ]
         groups = (await s.annotation("rocm"))["main"]["devices"]["groups"]
         assert groups == [

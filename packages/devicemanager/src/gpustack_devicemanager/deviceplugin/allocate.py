@@ -65,7 +65,7 @@ from gpustack_core.resources import ResourceNames
 from gpustack_core.tokens import listed, parse_token_id
 from gpustack_core.units import ceil_fraction
 from gpustack_devicemanager.deviceplugin.holdings import Ledger
-from gpustack_devicemanager.deviceplugin.injection import Card, Injection, inject
+from gpustack_devicemanager.deviceplugin.injection import DEV, SYSFS, Card, Injection, inject
 from gpustack_devicemanager.deviceplugin.plugin import AllocationRefusedError
 from gpustack_devicemanager.deviceplugin.state import PluginState, node_of
 from gpustack_devicemanager.podview import NodePod
@@ -114,6 +114,10 @@ class Allocator:
     identify_seconds: float = IDENTIFY_SECONDS
     confirm_grants: bool = True
     """Check the annotations against PodResources (``holdings.py``); off: take them as written."""
+    dev: Path = DEV
+    """Where the host's device nodes are found (``/dev``): the DRM nodes by PCI address."""
+    sysfs: Path = SYSFS
+    """The kernel's ``/sys``: a card's DRM minors when udev's ``by-path`` links are absent."""
     lock: trio.Lock = field(default_factory=trio.Lock)
     ledger: Ledger = field(init=False)
 
@@ -468,6 +472,8 @@ class Allocator:
             grant.accelerators,
             card_mib=group.memory if group is not None else 0,
             cores_percentage=cores,
+            dev=self.dev,
+            sysfs=self.sysfs,
         )
 
 
