@@ -59,6 +59,25 @@ APPLIED_KINDS = frozenset(
 """What of the rendered chart is applied: the API server's configuration, no workloads."""
 SKIPPED_SECRETS = frozenset({"gpustack-operator-worker-generated-tls"})
 """The chart's self-generated worker TLS: the worker here uses the run's own pair."""
+AFTER_SCENARIO = frozenset({f"{RELEASE}-device-manager-allocation-record"})
+"""Admission policies applied only once the scenario's Pods exist: the allocation-record policy
+refuses anyone but the Device Manager a Pod created with its grant annotation, and a scenario's
+running Pods are created by the administrator with the grants they already hold (a cluster
+where the Pods were granted before the policy was installed)."""
+
+
+def after_scenario(
+    objects: Iterable[Mapping[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``objects`` split in two: those to apply now, and the :data:`AFTER_SCENARIO` policies."""
+    now: list[dict[str, Any]] = []
+    later: list[dict[str, Any]] = []
+    for obj in objects:
+        held = str(obj.get("kind", "")).startswith("ValidatingAdmissionPolicy") and (
+            obj.get("metadata", {}).get("name") in AFTER_SCENARIO
+        )
+        (later if held else now).append(dict(obj))
+    return now, later
 
 
 class BootstrapError(Exception):

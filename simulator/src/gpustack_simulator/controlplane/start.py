@@ -277,6 +277,8 @@ class _Run:
     """The kubeconfig's users by name (a context each): rewritten as identities are added."""
     worker_port: int = field(init=False)
     worker_tls: Path = field(init=False)
+    after_scenario: list[dict[str, Any]] = field(init=False)
+    """The chart's policies applied once the scenario's Pods exist (bootstrap.AFTER_SCENARIO)."""
 
     @property
     def admin_headers(self) -> dict[str, str]:
@@ -348,7 +350,10 @@ class _Run:
         kubectl.apply(crds)
         names = [f"crd/{c['metadata']['name']}" for c in crds]
         kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
-        kubectl.apply([o for o in objects if o["kind"] != "CustomResourceDefinition"])
+        now, self.after_scenario = bootstrap.after_scenario(
+            o for o in objects if o["kind"] != "CustomResourceDefinition"
+        )
+        kubectl.apply(now)
         kubectl.apply(bootstrap.user_rbac(self.users, skip=("admin",)))
         daemon_tokens = {
             name: kubectl.create_token(contract.SYSTEM_NAMESPACE, account)
@@ -519,6 +524,7 @@ class _Run:
         """The scenario's Instances and Pods, then its ``apply`` objects, as an admin would.
 
         After the Devices: the Pod webhook checks and folds partition profiles against them.
+        Then the policies held back until the Pods with their grants exist (``after_scenario``).
         """
         pods, _ = _scenario_objects(self.expanded)
         refused = self.kubectl.apply_each(_instances(self.expanded))
@@ -529,6 +535,7 @@ class _Run:
         (self.state_dir / REFUSED_FILE).write_text(json.dumps(refused, indent=1) + "\n")
         for key, why in refused.items():
             log.warning("the real API server refused the scenario's %s: %s", key, why)
+        self.kubectl.apply(self.after_scenario)
 
 
 def _start(run: _Run) -> Endpoints:
