@@ -89,6 +89,8 @@ def test_install_then_the_documented_upgrade_to_the_coexistence_values(
         ("crd", "devices.worker.gpustack.ai"),
         ("validatingadmissionpolicy", "gpustack-operator-device-manager-own-node"),
         ("validatingadmissionpolicybinding", "gpustack-operator-device-manager-own-node"),
+        ("validatingadmissionpolicy", "gpustack-operator-device-manager-allocation-record"),
+        ("validatingadmissionpolicybinding", "gpustack-operator-device-manager-allocation-record"),
         ("validatingwebhookconfiguration", "gpustack-operator-worker"),
         ("apiservice", "v1.worker.gpustack.ai"),
     ):
