@@ -7,7 +7,7 @@ beside them so the whole system can be run on one machine with the same entry po
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
@@ -721,6 +721,12 @@ OutputFormat = Annotated[
 ]
 
 
+def _either(choices: Iterable[str]) -> str:
+    """``a, b or c``: the choices as a sentence says them."""
+    listed = list(choices)
+    return ", ".join(listed[:-1]) + (" or " if len(listed) > 1 else "") + listed[-1]
+
+
 @simulator.command("record")
 def sim_record(
     output: Annotated[Path, typer.Option("-o", "--output", help="Recording file to write.")],
@@ -728,7 +734,7 @@ def sim_record(
         str,
         typer.Option(
             help="Which manufacturer's libraries to record: "
-            + ", ".join(f"{row.name} ({row.library})" for row in with_backend())
+            + _either(f"{row.name} ({row.library})" for row in with_backend())
             + ".",
         ),
     ],
