@@ -79,7 +79,9 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
         cluster.state.webhook_services[(NAMESPACE, WORKER, 443)] = urlsplit(running.urls[0]).netloc
         ca = base64.b64encode(running.certificate.read_bytes()).decode()
         configuration = find(
-            render({"multiTenantMetrics": {"enabled": True}}),
+            render(
+                {"multiTenantMetrics": {"enabled": True, "prometheusURL": "http://prometheus:9090"}}
+            ),
             "ValidatingWebhookConfiguration",
             WORKER,
         )

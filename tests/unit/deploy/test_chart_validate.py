@@ -95,6 +95,20 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[Path, ...]]] = {
         (),
     ),
     "cert-manager": ({"worker": {"tls": {"certManager": {"enabled": True}}}}, ()),
+    "multi-tenant-metrics": (
+        {
+            "multiTenantMetrics": {
+                "enabled": True,
+                "prometheusURL": "http://prometheus-operated.monitoring.svc:9090",
+                "unisolatedDelivery": True,
+                "tolerations": [{"operator": "Exists"}],
+                "grafanaDatasources": {
+                    "tenants": [{"namespace": "gpu-team", "tokenEnv": "GPU_TEAM_METRICS_TOKEN"}]
+                },
+            }
+        },
+        (),
+    ),
 }
 
 
