@@ -95,7 +95,7 @@ class Rendered:
         found = self._bodies.get(openmetrics)
         if found is None:
             return False
-        return found.compressed() if gzipped else "identity" in found.__dict__
+        return found.made(gzipped)
 
     def make(self, openmetrics: bool, gzipped: bool) -> None:
         """Make what such a scrape serves (in a worker thread: tens of ms at the bound)."""

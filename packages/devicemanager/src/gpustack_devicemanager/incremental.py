@@ -97,9 +97,9 @@ class Body:
         trailer = struct.pack("<II", crc, size & 0xFFFFFFFF)
         return _GZIP_HEADER + deflated + _LAST_BLOCK + trailer
 
-    def compressed(self) -> bool:
-        """Whether the gzip form is already made (a scrape then only hands bytes over)."""
-        return "gzipped" in self.__dict__
+    def made(self, gzipped: bool) -> bool:
+        """Whether that encoding's bytes are made already (a scrape then only hands them over)."""
+        return ("gzipped" if gzipped else "identity") in self.__dict__  # cached_property's slot
 
     def matches(self, if_none_match: str) -> bool:
         """Whether an ``If-None-Match`` header names this body."""
