@@ -10,7 +10,7 @@ import pytest
 
 from gpustack_core.decoding import ContractError
 from gpustack_core.kubelet import find_pod, index_pods, parse_summary, usage_from_summary, usage_of
-from gpustack_core.pods import sum_declared
+from gpustack_core.pods import Pod, declared_totals, pod_from_object, sum_declared
 from gpustack_core.usage import DeclaredTotals
 
 
@@ -61,3 +61,32 @@ def test_the_index_answers_as_the_scan_does() -> None:
     first = usage_of(index[("a", "p", "u1")])
     assert first is not None
     assert first.cpu_millicores == 1
+
+
+def pod_with_limits(*containers: dict[str, str]) -> Pod:
+    return pod_from_object(
+        {
+            "metadata": {
+                "name": "p",
+                "namespace": "ns",
+                "uid": "u",
+                "creationTimestamp": "2026-11-29T09:00:00Z",
+            },
+            "spec": {
+                "containers": [
+                    {"name": f"c{i}", "resources": {"limits": limits}}
+                    for i, limits in enumerate(containers)
+                ]
+            },
+        }
+    )
+
+
+def test_a_pods_malformed_limit_is_named_after_its_shape_was_summed() -> None:
+    good = {"cpu": "2", "memory": "1Gi"}
+    assert declared_totals(pod_with_limits(good, good)) == DeclaredTotals(4000, 2048, 0)
+    with pytest.raises(ContractError) as raised:
+        declared_totals(pod_with_limits(good, {"cpu": "2", "memory": "12 parsecs"}))
+    assert str(raised.value).startswith(
+        "Pod ns/p: container 'c1': limits.memory: quantity '12 parsecs'"
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from fractions import Fraction
 from typing import Annotated, Any
@@ -206,19 +206,26 @@ def sum_declared(declarations: Iterable[tuple[str, Mapping[str, Quantity]]]) -> 
     has no Pod, so both read the same way. Exact sums are why two ``1.5Mi`` limits total 3 MiB,
     not 4. ``where`` names the declaration in the error a malformed quantity raises.
     """
-    listed = [
-        (where, tuple(resources.get(resource) for resource in _SUMMED))
-        for where, resources in declarations
-    ]
-    declared = tuple(values for _, values in listed)
+    listed = list(declarations)
+    return _totals(tuple(_spellings(resources) for _, resources in listed), lambda i: listed[i][0])
+
+
+def _spellings(resources: Mapping[str, Quantity]) -> tuple[Quantity | None, ...]:
+    return tuple(resources.get(resource) for resource in _SUMMED)
+
+
+def _totals(
+    declared: tuple[tuple[Quantity | None, ...], ...], where: Callable[[int], str]
+) -> DeclaredTotals:
+    """The memoized sums; ``where(i)`` names declaration ``i`` only when one is malformed."""
     # A boolean equals 1 as a cache key, and is no quantity: it takes the path that says so.
     if not any(isinstance(value, bool) for values in declared for value in values):
         with contextlib.suppress(QuantityError):
             return _sum_values(declared)
-    for where, values in listed:  # name the declaration that is malformed
+    for i, values in enumerate(declared):  # name the declaration that is malformed
         for resource, value in zip(_SUMMED, values, strict=True):
             if value is not None:
-                _parse(f"{where}.{resource}", value)
+                _parse(f"{where(i)}.{resource}", value)
     return _sum_values(declared)
 
 
@@ -251,9 +258,10 @@ def declared_totals(pod: Pod) -> DeclaredTotals:
     ephemeral containers cannot declare resources. A container without a limit adds nothing
     (its use is unbounded, so it has no declaration to add).
     """
-    return sum_declared(
-        (f"{_pod_name(pod)}: container {c.name!r}: limits", c.resources.limits)
-        for c in pod.spec.containers
+    containers = pod.spec.containers
+    return _totals(
+        tuple(_spellings(c.resources.limits) for c in containers),
+        lambda i: f"{_pod_name(pod)}: container {containers[i].name!r}: limits",
     )
 
 
