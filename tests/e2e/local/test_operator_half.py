@@ -280,6 +280,16 @@ def _nothing_believed(system: System) -> None:
     done = system.kubectl(
         "annotate", "pod", "-n", "team-ops", "ops-forger", f"{ANNOTATION}={stolen}", "--overwrite"
     )
+    if system.real:
+        # kube-apiserver evaluates the chart's allocation-record policy: the forgery never lands
+        # (the stand-in evaluates no ValidatingAdmissionPolicy, so there the Device Manager's
+        # cross-check against the kubelet's record is what stops it, below).
+        assert done.returncode != 0
+        assert "only the Device Manager may add, change or remove it" in done.stderr
+        held = kubectl_json(system, "get", "pod", "-n", "team-ops", "ops-forger")
+        assert ANNOTATION not in (held["metadata"].get("annotations") or {})
+        assert not [a for a in accelerators(system, "ops-forger") if a.get("id") == card]
+        return
     assert done.returncode == 0, done.stderr
     log = Path(system.device_manager("gpu-node-2", "nvidia").log)
     eventually(

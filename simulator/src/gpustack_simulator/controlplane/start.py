@@ -20,6 +20,7 @@ import logging
 import secrets
 import shutil
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -536,6 +537,37 @@ class _Run:
         for key, why in refused.items():
             log.warning("the real API server refused the scenario's %s: %s", key, why)
         self.kubectl.apply(self.after_scenario)
+        if self.after_scenario:
+            self._enforced()
+
+    def _enforced(self, patience: float = 60.0) -> None:
+        """Returns once kube-apiserver enforces the allocation-record policy just applied.
+
+        A new ValidatingAdmissionPolicy takes effect when the server's policy informer has
+        compiled it, a moment after the write: until then a tenant's forged record would
+        land. A server-side dry run of a Pod carrying the record is the probe (never stored).
+        """
+        probe = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "gpustack-policy-probe", "namespace": "default",
+                              "annotations": {contract.ALLOCATION_ANNOTATION: "{}"}},
+                 "spec": {"containers": [{"name": "probe", "image": "probe"}]}}  # fmt: skip
+        deadline = time.monotonic() + patience
+        names = {str(o["metadata"]["name"]) for o in self.after_scenario}
+        while True:
+            done = subprocess.run(
+                [str(self.kubectl.binary), "--kubeconfig", str(self.kubectl.kubeconfig),
+                 "create", "--dry-run=server", "-o", "name", "-f", "-"],
+                input=json.dumps(probe), capture_output=True, text=True, check=False, timeout=60,
+            )  # fmt: skip
+            if done.returncode != 0 and any(name in done.stderr for name in names):
+                return
+            if time.monotonic() > deadline:
+                said = done.stderr.strip() or "admitted"
+                raise bootstrap.BootstrapError(
+                    f"the allocation-record policy was not enforced within {patience:.0f} s: "
+                    f"a dry-run Pod carrying the record was {said}"
+                )
+            time.sleep(0.2)
 
 
 def _start(run: _Run) -> Endpoints:
