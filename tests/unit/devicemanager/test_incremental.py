@@ -17,8 +17,10 @@ import zlib
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client.utils import floatToGoString
 
 from gpustack_devicemanager.exposition import ExpositionHolder, Family, _render_direct
+from gpustack_devicemanager.incremental import _number
 
 NAMES = ("gpu_a", "gpu_b", "gpu_c", "gpu_d")
 LABELS = {"gpu_a": ("node", "id"), "gpu_b": (), "gpu_c": ("z", "a", "m"), "gpu_d": ("x",)}
@@ -47,6 +49,8 @@ def rounds(draw: st.DrawFn) -> list[list[Family]]:
                 values = tuple(draw(LABEL_VALUES) for _ in labels)
                 if all(v != values for v, _ in samples):
                     samples.append((values, draw(VALUES)))
+            if draw(st.booleans()):  # the order moved: matched by label set, not position
+                samples = list(draw(st.permutations(samples)))
             doc = draw(st.sampled_from(["doc", 'say "why"', "two\nlines \\ here"]))
             family = Family(name, doc, labels)
             for values, value in samples:
@@ -81,6 +85,12 @@ def test_every_round_is_what_a_fresh_render_writes(sequence: list[list[Family]])
             assert body.etag == f'"{hashlib.sha256(expected).hexdigest()[:32]}"'
             assert gzip.decompress(body.gzipped) == expected
             assert inflate_one_member(body.gzipped) == expected
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.one_of(st.floats(), st.integers(min_value=-(2**70), max_value=2**70)))
+def test_numbers_are_written_as_the_client_writes_them(value: float) -> None:
+    assert _number(value) == floatToGoString(value)
 
 
 def family(name: str, value: float) -> Family:

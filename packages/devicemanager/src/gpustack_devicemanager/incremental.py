@@ -110,6 +110,23 @@ def _escape(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
+_Entry = tuple[str, float, str]
+"""A series' label part (``name{...} ``), its value and its whole line."""
+
+
+def _number(value: float) -> str:
+    """A sample value as Go writes it: :func:`floatToGoString`, its common case inline.
+
+    A finite float Go writes as Python does needs no call: ~10k changed series a round make
+    the call overhead count.
+    """
+    if type(value) is float and value - value == 0.0:  # finite (inf - inf and NaN are NaN)
+        text = repr(value)
+        if value <= 0 or text.find(".") <= 6:
+            return text
+    return _go_float(value)
+
+
 def _same(old: float, new: float) -> bool:
     """Equal and written alike: ``-0.0 == 0.0`` but Go writes ``-0``; NaN is never reused."""
     return old == new and (new != 0.0 or math.copysign(1.0, old) == math.copysign(1.0, new))
@@ -127,7 +144,7 @@ class FamilyState:
         self.text_header = Piece(f"# HELP {name} {doc}\n# TYPE {name} gauge\n".encode())
         quoted = doc.replace('"', r"\"")
         self.openmetrics_header = Piece(f"# HELP {name} {quoted}\n# TYPE {name} gauge\n".encode())
-        self.series: dict[tuple[str, ...], tuple[str, float, str]] = {}
+        self.samples: list[tuple[tuple[str, ...], _Entry]] = []
         self.lines: list[str] = []
         self.piece = Piece(b"")
 
@@ -144,19 +161,32 @@ class FamilyState:
         return f"{self.name}{{{','.join(parts)}}} "
 
     def render(self, samples: Sequence[tuple[tuple[str, ...], float]]) -> Piece:
-        """The round's sample lines; the last piece itself when no line changed."""
-        old = self.series
-        series: dict[tuple[str, ...], tuple[str, float, str]] = {}
+        """The round's sample lines; the last piece itself when no line changed.
+
+        A round lists a family's series in the order the last one did, as a rule: each is
+        matched by position first (a tuple compare, no hashing), by label set only once the
+        order moved. Series gone this round are forgotten, so the state stays bounded.
+        """
+        previous = self.samples
+        count = len(previous)
+        by_labels: dict[tuple[str, ...], _Entry] | None = None
+        kept: list[tuple[tuple[str, ...], _Entry]] = []
         lines: list[str] = []
         escaped: dict[str, str] = {}
-        for values, value in samples:
-            entry = old.get(values)
+        for position, (values, value) in enumerate(samples):
+            entry: _Entry | None = None
+            if position < count and previous[position][0] == values:
+                entry = previous[position][1]
+            else:
+                if by_labels is None:
+                    by_labels = dict(previous)
+                entry = by_labels.get(values)
             if entry is None or not _same(entry[1], value):
                 prefix = entry[0] if entry is not None else self._prefix(values, escaped)
-                entry = (prefix, value, f"{prefix}{_go_float(value)}\n")
-            series[values] = entry
+                entry = (prefix, value, f"{prefix}{_number(value)}\n")
+            kept.append((values, entry))
             lines.append(entry[2])
-        self.series = series  # series gone this round are forgotten, so the cache stays bounded
+        self.samples = kept
         if lines != self.lines:
             self.lines = lines
             self.piece = Piece("".join(lines).encode())
