@@ -148,19 +148,25 @@ def _csv(value: str | None) -> list[str] | None:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+# The options every daemon takes alike, declared once.
+KubeconfigOption = Annotated[
+    Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG, else in-cluster).")
+]
+ContextOption = Annotated[str | None, typer.Option(help="Kubeconfig context.")]
+BindAddressOption = Annotated[str, typer.Option(help="Address to listen on.")]
+
+
 @app.command()
 def worker(
     secure_port: Annotated[
         int, typer.Option(min=0, max=65535, help="HTTPS port.")
     ] = contract.WORKER_PORT,
-    bind_address: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    bind_address: BindAddressOption = "0.0.0.0",
     cert_dir: Annotated[
         Path | None, typer.Option(help="tls.crt/tls.key, hot-reloaded (default: self-signed).")
     ] = None,
-    kubeconfig: Annotated[
-        Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG, else in-cluster).")
-    ] = None,
-    context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     system_namespace: Annotated[
         str,
         typer.Option(
@@ -305,14 +311,12 @@ def worker(
 @app.command("metrics-gateway")
 def metrics_gateway(
     secure_port: Annotated[int, typer.Option(min=0, max=65535, help="HTTPS port.")] = 8443,
-    bind_address: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    bind_address: BindAddressOption = "0.0.0.0",
     cert_dir: Annotated[
         Path | None, typer.Option(help="tls.crt/tls.key (default: self-signed).")
     ] = None,
-    kubeconfig: Annotated[
-        Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG, else in-cluster).")
-    ] = None,
-    context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     system_namespace: Annotated[
         str,
         typer.Option(
@@ -466,7 +470,7 @@ def dm_serve(
     secure_port: Annotated[
         int, typer.Option(min=0, max=65535, help="HTTPS port.")
     ] = contract.DEVICE_MANAGER_PORT,
-    bind_address: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    bind_address: BindAddressOption = "0.0.0.0",
     cert_dir: Annotated[
         Path | None, typer.Option(help="tls.crt/tls.key, hot-reloaded (default: self-signed).")
     ] = None,
@@ -484,10 +488,8 @@ def dm_serve(
             ),
         ),
     ] = contract.SYSTEM_NAMESPACE,
-    kubeconfig: Annotated[
-        Path | None, typer.Option(help="Kubeconfig (default: $KUBECONFIG, else in-cluster).")
-    ] = None,
-    context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     proc_root: Annotated[
         Path | None, typer.Option(help="Where host /proc is mounted (default /proc).")
     ] = None,
