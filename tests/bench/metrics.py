@@ -1,8 +1,9 @@
 """The ``/metrics`` route at ~10k series: pre-rendered bytes against its floor and two peers.
 
-The exporter renders a round once per monitor period (and gzips it once), and a scrape writes
-those bytes, so a scrape should cost about what serving a constant of the same size costs over
-the same server. The comparisons that justify the design, each plain and gzip, same exposition:
+The exporter renders a round's format on its first scrape (only what changed, off the loop;
+``scrape_bench.py`` measures that per round) and later scrapes write those bytes, so such a
+scrape should cost about what serving a constant of the same size costs over the same server.
+The comparisons that justify the design, each plain and gzip, same exposition:
 
 * a static constant on the same HTTPS server (the floor);
 * ``prometheus_client``'s usual shape: labelled ``Gauge`` children rendered by
@@ -194,8 +195,8 @@ async def _latency(repeat: int) -> dict[str, float]:
         cpu.append(time.process_time() - start)
     figures["render_cpu_ms"] = statistics.median(cpu) * 1e3
     print(
-        f"{f'render one round ({series:,} series, both formats + gzip)':<52} "
-        f"median CPU {figures['render_cpu_ms']:8.2f} ms   (once per period, off the loop)"
+        f"{f'full render ({series:,} series, both formats + gzip)':<52} "
+        f"median CPU {figures['render_cpu_ms']:8.2f} ms   (no earlier round to build on)"
     )
 
     exposition = ExpositionHolder()
