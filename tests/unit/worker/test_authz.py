@@ -436,3 +436,69 @@ def test_forbidden_in_the_core_group() -> None:
 def test_forbidden_non_resource_path() -> None:
     message = forbidden_message(UserInfo(name="x"), Attributes.non_resource("/openapi/v2"))
     assert message == 'forbidden: User "x" cannot get path "/openapi/v2"'
+
+
+# --- namespace-wide first ------------------------------------------------------------------
+
+
+class RbacServer:
+    """Answers as RBAC would for ``grants``: (namespace, name or "") pairs allowed, where ""
+    is a rule without resourceNames (it matches a nameless request and every name)."""
+
+    def __init__(self, *grants: tuple[str, str]) -> None:
+        self.grants = set(grants)
+        self.asked: list[tuple[str, str]] = []
+
+    async def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        attributes = body["spec"]["resourceAttributes"]
+        where = (attributes["namespace"], attributes.get("name", ""))
+        self.asked.append(where)
+        wide = (where[0], "") in self.grants
+        return answer(wide or (bool(where[1]) and where in self.grants))
+
+
+def instance(namespace: str, name: str) -> Attributes:
+    return Attributes("get", "worker.gpustack.ai", "instances", "metrics", namespace, name)
+
+
+async def test_a_namespace_wide_grant_is_asked_once_for_every_name(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    api = RbacServer(("team-a", ""))
+    async with trio.open_nursery() as background:
+        authorizer = Authorizer(api.post, background, namespace_wide_first=True)
+        decisions = [
+            await authorizer.authorize(ALICE, instance("team-a", f"i-{n}")) for n in range(100)
+        ]
+        refused = await authorizer.authorize(ALICE, instance("team-b", "i-0"))
+        background.cancel_scope.cancel()
+    assert all(d.allowed for d in decisions)
+    assert not refused.allowed
+    # One nameless question for team-a; for team-b the nameless one, then the named one.
+    assert api.asked == [("team-a", ""), ("team-b", ""), ("team-b", "i-0")]
+
+
+async def test_a_grant_naming_objects_is_still_asked_per_name(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    api = RbacServer(("team-a", "llama"))
+    async with trio.open_nursery() as background:
+        authorizer = Authorizer(api.post, background, namespace_wide_first=True)
+        named = await authorizer.authorize(ALICE, instance("team-a", "llama"))
+        other = await authorizer.authorize(ALICE, instance("team-a", "mistral"))
+        background.cancel_scope.cancel()
+    assert named.allowed
+    assert not other.allowed
+    assert api.asked == [("team-a", ""), ("team-a", "llama"), ("team-a", "mistral")]
+
+
+async def test_without_the_option_only_the_named_question_is_asked(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    api = RbacServer(("team-a", ""))
+    async with trio.open_nursery() as background:
+        authorizer = Authorizer(api.post, background)
+        for name in ("a", "b"):
+            await authorizer.authorize(ALICE, instance("team-a", name))
+        background.cancel_scope.cancel()
+    assert api.asked == [("team-a", "a"), ("team-a", "b")]

@@ -328,7 +328,7 @@ async def serve(
                     background=nursery,
                 ),
                 authenticator=lambda: authenticator,
-                authorizer=Authorizer(client.post, nursery=nursery),
+                authorizer=Authorizer(client.post, nursery=nursery, namespace_wide_first=True),
                 ready=lambda: None,
                 settings=lambda: operator_settings.current,
                 setting_texts=operator_settings.texts,
