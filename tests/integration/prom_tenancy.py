@@ -55,10 +55,16 @@ NODE_SERIES = [
 
 
 def rules_for(*namespaces: str) -> str:
-    """One recording and one alerting rule per tenant, each labelled with its namespace."""
+    """One recording and one alerting rule per tenant, each labelled with its namespace.
+
+    The rules are evaluated at the server's wall clock, not at :data:`EVAL_AT`: the data is
+    fixed when this module is imported, which in a whole-suite run is many minutes before a
+    test pushes it, beyond the 5 min an instant selector looks back. So they read the newest
+    sample of the last two hours.
+    """
     rules = []
     for ns in namespaces:
-        pick = f'{FAMILIES[0]}{{namespace="{ns}"}}'
+        pick = f'last_over_time({FAMILIES[0]}{{namespace="{ns}"}}[2h])'
         rules.append(
             f"  - record: tenant:{FAMILIES[0]}:sum\n    expr: sum({pick})\n"
             f"    labels: {{namespace: {ns}}}\n"

@@ -40,6 +40,7 @@ from prom_tenancy import (
 
 from gpustack_simulator.controlplane.binaries import BinariesError, locate
 from gpustack_worker.metricsgateway import MetricsGateway, Scope, enforced
+from patience import HANG
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason=MISSING)
 
@@ -70,7 +71,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     ):
         push(cluster, [*A_SERIES, *B_SERIES, *NODE_SERIES])
         push(oracle, A_SERIES)
-        deadline = time.monotonic() + 30  # the rules' first evaluation (every second)
+        deadline = time.monotonic() + HANG  # the rules' first evaluation (every second)
         while not _alerts(httpx.get(f"{cluster}/api/v1/alerts").json()):
             assert time.monotonic() < deadline, "no alert fired in the cluster Prometheus"
             time.sleep(0.3)
