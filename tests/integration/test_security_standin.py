@@ -22,11 +22,11 @@ import pytest
 from test_standin_admission import WebhookServer, register, webhook, webhook_server
 
 from gpustack_core.quantity import parse_quantity
+from gpustack_core.webhooks import ALWAYS_EXCLUDED
 from gpustack_kube.client import ApiError, KubeClient, PatchType
 from gpustack_kube.config import parse_kubeconfig
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.testing import cluster_standin
-from gpustack_simulator.up import WEBHOOK_EXCLUDED_NAMESPACES
 
 NAMESPACES = "/api/v1/namespaces"
 NAME_LABEL = "kubernetes.io/metadata.name"
@@ -98,7 +98,7 @@ async def test_the_label_closes_the_pod_webhook_bypass(
     # Gate 1's selector exactly as the chart renders it, the webhook answering "no".
     selector = {
         "matchExpressions": [
-            {"key": NAME_LABEL, "operator": "NotIn", "values": list(WEBHOOK_EXCLUDED_NAMESPACES)}
+            {"key": NAME_LABEL, "operator": "NotIn", "values": list(ALWAYS_EXCLUDED)}
         ]
     }
     await register(

@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from gpustack_core import contract
+from gpustack_core import webhooks
 from gpustack_core.decoding import ContractError
 from gpustack_core.podmatch import match_conditions
 from gpustack_core.units import seconds_of
@@ -305,7 +305,6 @@ def _wait_settled(process: _Started, endpoint: DeviceManagerEndpoint, deadline: 
     )
 
 
-WEBHOOK_EXCLUDED_NAMESPACES = (contract.SYSTEM_NAMESPACE, "kube-system")
 LOG_LEVEL = "info"
 """The stack's default log level: the daemons' own (warning hid the Device Managers' reasons)."""
 
@@ -313,110 +312,17 @@ LOG_LEVEL = "info"
 def webhook_configurations(worker_url: str, worker_ca: bytes) -> list[dict[str, Any]]:
     """The worker's admission webhooks, as the chart registers them, pointed at ``worker_url``.
 
-    Gate 1 on Pods, the Instance webhook (validation, the node-escape gates, immutability
-    while running, the preset defaults) on Instances, and the InstanceType webhook (defaults
-    from the catalog flavor, immutability) on InstanceTypes. The chart reaches the worker
-    through its Service; here the worker listens on loopback, so the configurations name it by
-    ``url`` and pin its CA. Everything else (rules, selectors, failure policy, timeout,
-    reinvocation) is what the chart renders.
+    Both come from :mod:`gpustack_core.webhooks`. The chart reaches the worker through its
+    Service; here the worker listens on loopback, so the configurations name it by ``url`` and
+    pin its CA. The stand-in does not evaluate ``matchConditions`` (it sends every Pod, which
+    the webhook answers untouched when it asks for nothing); a real kube-apiserver does.
     """
     bundle = base64.b64encode(worker_ca).decode()
-    common: dict[str, Any] = {
-        "admissionReviewVersions": ["v1"],
-        "sideEffects": "None",
-        "failurePolicy": "Fail",
-        "timeoutSeconds": 10,
-        "matchPolicy": "Equivalent",
-    }
-    pods: dict[str, Any] = {
-        **common,
-        "rules": [
-            {
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE"],
-                "resources": ["pods"],
-                "scope": "Namespaced",
-            }
-        ],
-        "namespaceSelector": {
-            "matchExpressions": [
-                {
-                    "key": "kubernetes.io/metadata.name",
-                    "operator": "NotIn",
-                    "values": list(WEBHOOK_EXCLUDED_NAMESPACES),
-                },
-                {
-                    "key": contract.POD_WEBHOOK_LABEL,
-                    "operator": "NotIn",
-                    "values": [contract.POD_WEBHOOK_DISABLED],
-                },
-            ]
-        },
-        # The stand-in does not evaluate them (it sends every Pod, which the webhook answers
-        # untouched when it asks for nothing); a real kube-apiserver does.
-        "matchConditions": match_conditions(),
-    }
 
-    def instances(*operations: str, resource: str = "instances") -> dict[str, Any]:
-        rule = {
-            "apiGroups": [contract.API_GROUP],
-            "apiVersions": [contract.CRD_VERSION],
-            "operations": list(operations),
-            "resources": [resource],
-            "scope": "Namespaced" if resource == "instances" else "Cluster",
-        }
-        return {**common, "rules": [rule]}
+    def client(hook: webhooks.Webhook) -> dict[str, str]:
+        return {"url": f"{worker_url}{hook.path}", "caBundle": bundle}
 
-    def hook(name: str, path: str, base: dict[str, Any], **extra: Any) -> dict[str, Any]:
-        client = {"url": f"{worker_url}{path}", "caBundle": bundle}
-        return {"name": name, "clientConfig": client, **base, **extra}
-
-    def config(kind: str, *hooks: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": kind,
-            "metadata": {"name": "gpustack-operator-worker"},
-            "webhooks": list(hooks),
-        }
-
-    return [
-        config(
-            "MutatingWebhookConfiguration",
-            hook(
-                "pods.mutate.worker.gpustack.ai",
-                contract.POD_MUTATE_PATH,
-                pods,
-                reinvocationPolicy="IfNeeded",
-            ),
-            hook(
-                "instances.mutate.worker.gpustack.ai",
-                contract.INSTANCE_MUTATE_PATH,
-                instances("CREATE"),
-                reinvocationPolicy="Never",
-            ),
-            hook(
-                "instancetypes.mutate.worker.gpustack.ai",
-                contract.INSTANCE_TYPE_MUTATE_PATH,
-                instances("CREATE", "UPDATE", resource="instancetypes"),
-                reinvocationPolicy="Never",
-            ),
-        ),
-        config(
-            "ValidatingWebhookConfiguration",
-            hook("pods.validate.worker.gpustack.ai", contract.POD_VALIDATE_PATH, pods),
-            hook(
-                "instances.validate.worker.gpustack.ai",
-                contract.INSTANCE_VALIDATE_PATH,
-                instances("CREATE", "UPDATE"),
-            ),
-            hook(
-                "instancetypes.validate.worker.gpustack.ai",
-                contract.INSTANCE_TYPE_VALIDATE_PATH,
-                instances("CREATE", "UPDATE", resource="instancetypes"),
-            ),
-        ),
-    ]
+    return webhooks.configurations(client, match_conditions=match_conditions())
 
 
 def register_webhooks(

@@ -16,7 +16,8 @@ import pytest
 from chart_helm import KIND_VALUES, NAMESPACE, find, needs_helm, of_kind, render, render_fails
 from cryptography import x509
 
-from gpustack_core import contract
+from gpustack_core import contract, webhooks
+from gpustack_core.podmatch import match_conditions
 from gpustack_simulator.up import webhook_configurations
 from gpustack_worker.admission import MUTATE_PATH, VALIDATE_PATH
 
@@ -26,7 +27,7 @@ WORKER = "gpustack-operator-worker"
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
-def webhooks(objects: list[dict[str, Any]], prefix: str = "pods.") -> dict[str, dict[str, Any]]:
+def pod_hooks(objects: list[dict[str, Any]], prefix: str = "pods.") -> dict[str, dict[str, Any]]:
     """Kind → its one webhook whose name starts with ``prefix`` (the Pod one by default)."""
     out = {}
     for kind in KINDS:
@@ -41,7 +42,7 @@ def webhooks(objects: list[dict[str, Any]], prefix: str = "pods.") -> dict[str, 
 def test_both_webhooks_select_pod_creates_outside_the_system_namespaces(
     files: tuple[Any, ...],
 ) -> None:
-    hooks = webhooks(render(files=files))
+    hooks = pod_hooks(render(files=files))
     paths = {
         "MutatingWebhookConfiguration": MUTATE_PATH,
         "ValidatingWebhookConfiguration": VALIDATE_PATH,
@@ -83,7 +84,7 @@ def test_both_webhooks_select_pod_creates_outside_the_system_namespaces(
 
 def test_another_release_namespace_is_excluded_beside_the_default_one() -> None:
     objects = render(extra=("--namespace", "gpu-ops"))
-    for hook in webhooks(objects).values():
+    for hook in pod_hooks(objects).values():
         assert hook["clientConfig"]["service"]["namespace"] == "gpu-ops"
         expression, _ = hook["namespaceSelector"]["matchExpressions"]
         assert expression["values"] == ["gpu-ops", "gpustack-system", "kube-system"]
@@ -94,7 +95,7 @@ def test_the_default_certificate_is_issued_by_the_chart_and_one_ca_verifies_it()
     secret = find(objects, "Secret", f"{WORKER}-generated-tls")
     assert secret["type"] == "kubernetes.io/tls"
     ca_b64 = secret["data"]["ca.crt"]
-    for hook in webhooks(objects).values():
+    for hook in pod_hooks(objects).values():
         assert hook["clientConfig"]["caBundle"] == ca_b64
     apiservice = find(objects, "APIService", "v1.worker.gpustack.ai")["spec"]
     assert apiservice["caBundle"] == ca_b64
@@ -112,7 +113,7 @@ def test_the_default_certificate_is_issued_by_the_chart_and_one_ca_verifies_it()
 def test_a_given_secret_and_ca_bundle_serve_the_webhooks() -> None:
     objects = render({"worker": {"tls": {"secretName": "worker-tls", "caBundle": "Q0E="}}})
     assert of_kind(objects, "Secret") == []
-    for hook in webhooks(objects).values():
+    for hook in pod_hooks(objects).values():
         assert hook["clientConfig"]["caBundle"] == "Q0E="
 
 
@@ -152,17 +153,17 @@ def test_disabled_renders_no_webhook_no_issued_certificate_and_no_devices_grant(
 def test_failure_policy_is_a_value_for_pods_and_fail_for_instances() -> None:
     """Instances keep Fail: with Ignore, a worker outage would let any escape through."""
     objects = render({"worker": {"admissionWebhook": {"failurePolicy": "Ignore"}}})
-    for hook in webhooks(objects).values():
+    for hook in pod_hooks(objects).values():
         assert hook["failurePolicy"] == "Ignore"
     for prefix in ("instances.", "instancetypes."):
-        for hook in webhooks(objects, prefix).values():
+        for hook in pod_hooks(objects, prefix).values():
             assert hook["failurePolicy"] == "Fail"
     render_fails({"worker": {"admissionWebhook": {"failurePolicy": "Sometimes"}}})
 
 
 @pytest.mark.parametrize("files", [(), (KIND_VALUES,)], ids=["defaults", "kind-simulation"])
 def test_the_instance_webhooks_judge_every_instance_write(files: tuple[Any, ...]) -> None:
-    hooks = webhooks(render(files=files), "instances.")
+    hooks = pod_hooks(render(files=files), "instances.")
     mutate = hooks["MutatingWebhookConfiguration"]
     validate = hooks["ValidatingWebhookConfiguration"]
     assert mutate["name"] == "instances.mutate.worker.gpustack.ai"
@@ -185,7 +186,7 @@ def test_the_instance_webhooks_judge_every_instance_write(files: tuple[Any, ...]
 def test_the_instancetype_webhooks_judge_every_instancetype_write(files: tuple[Any, ...]) -> None:
     """Both phases on CREATE and UPDATE: defaults at creation, labels and carried fields on an
     update; immutability can only be judged on an update."""
-    hooks = webhooks(render(files=files), "instancetypes.")
+    hooks = pod_hooks(render(files=files), "instancetypes.")
     mutate = hooks["MutatingWebhookConfiguration"]
     validate = hooks["ValidatingWebhookConfiguration"]
     assert mutate["name"] == "instancetypes.mutate.worker.gpustack.ai"
@@ -205,6 +206,42 @@ def test_the_instancetype_webhooks_judge_every_instancetype_write(files: tuple[A
         assert hook["failurePolicy"] == "Fail"
         assert "namespaceSelector" not in hook
     assert mutate["reinvocationPolicy"] == "Never"
+
+
+@pytest.mark.parametrize("tenant_metrics", [False, True], ids=["defaults", "multiTenantMetrics"])
+def test_the_chart_renders_the_rows_pointed_at_its_service(tenant_metrics: bool) -> None:
+    """What the chart renders is :func:`webhooks.configurations` through the worker's Service,
+    the MetricAccess hook with its part only; the hook names, written out, are the chart's."""
+    values: dict[str, Any] = (
+        {"multiTenantMetrics": {"enabled": True, "prometheusURL": "http://p.monitoring:9090"}}
+        if tenant_metrics
+        else {}
+    )
+    rendered = render(values)
+    validating = find(rendered, "ValidatingWebhookConfiguration", WORKER)["webhooks"]
+    bundle = validating[0]["clientConfig"]["caBundle"]
+
+    def service(hook: webhooks.Webhook) -> dict[str, Any]:
+        address = {"name": WORKER, "namespace": NAMESPACE, "path": hook.path, "port": 443}
+        return {"service": address, "caBundle": bundle}
+
+    parts = [webhooks.MULTI_TENANT_METRICS] if tenant_metrics else []
+    for expected in webhooks.configurations(
+        service, match_conditions=match_conditions(), release_namespace=NAMESPACE, parts=parts
+    ):
+        assert find(rendered, str(expected["kind"]), WORKER)["webhooks"] == expected["webhooks"]
+    assert [h["name"] for h in validating] == [
+        "pods.validate.worker.gpustack.ai",
+        "instances.validate.worker.gpustack.ai",
+        "instancetypes.validate.worker.gpustack.ai",
+        *(["metricaccesses.validate.worker.gpustack.ai"] if tenant_metrics else []),
+    ]
+
+
+def test_a_release_elsewhere_excludes_its_own_namespace_first() -> None:
+    hook = pod_hooks(render(extra=("--namespace", "gpu-ops")))["MutatingWebhookConfiguration"]
+    [names, _] = hook["namespaceSelector"]["matchExpressions"]
+    assert names["values"] == ["gpu-ops", "gpustack-system", "kube-system"]
 
 
 def test_simulator_up_registers_what_the_chart_renders() -> None:

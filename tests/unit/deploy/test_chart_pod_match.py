@@ -15,12 +15,21 @@ import json
 import pytest
 from chart_helm import CHART, KIND_VALUES, find, needs_helm, render
 
-from gpustack_core import contract
+from gpustack_core import contract, webhooks
 from gpustack_core.modes import Manufacturer
 from gpustack_core.podmatch import ASKS, NOT_OPTED_OUT, match_conditions, match_conditions_json
 
 FILE = CHART / "admission" / "pod-match-conditions.json"
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+ROWS = CHART / "admission" / "webhooks.json"
+
+
+def test_the_charts_webhook_rows_are_cores() -> None:
+    """The chart's webhooks range over a file generated from :mod:`gpustack_core.webhooks`."""
+    assert ROWS.read_text() == webhooks.chart_json(), (
+        "regenerate: .venv/bin/python -c 'from gpustack_core.webhooks import chart_json as m;"
+        f' open("clusters/chart/admission/{ROWS.name}", "w").write(m())\''
+    )
 
 
 def test_the_charts_file_is_what_core_derives() -> None:
