@@ -23,7 +23,7 @@ from gpustack_kube.client import KubeClient, NotFound
 from gpustack_kube.config import load_config
 from gpustack_simulator.testing import cluster_standin
 from gpustack_worker.instances.controller import ControllerOptions, InstanceController
-from patience import HANG
+from kubewait import eventually, until_gone, until_object
 
 NS = "tenant-x"
 INSTANCES = f"/apis/worker.gpustack.ai/v1alpha1/namespaces/{NS}/instances"
@@ -39,46 +39,30 @@ def cidrs(value: str) -> dict[str, Any]:
     return {"data": {"instance-isolation-pod-cidrs": base64.b64encode(value.encode()).decode()}}
 
 
+def _in_phase(instance: dict[str, Any], phase: str) -> dict[str, Any] | None:
+    return instance if (instance.get("status") or {}).get("phase") == phase else None
+
+
 @dataclass
 class Harness:
     client: KubeClient
     controller: InstanceController
 
-    async def eventually(
-        self, probe: Callable[[], Awaitable[Any]], what: str, timeout: float = HANG
-    ) -> Any:
-        """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
-        with trio.move_on_after(timeout):
-            while True:
-                try:
-                    found = await probe()
-                except NotFound:
-                    found = None
-                if found:
-                    return found
-                await trio.sleep(0.1)
-        pytest.fail(f"not within {timeout}s: {what}")
+    async def eventually(self, probe: Callable[[], Awaitable[Any]], what: str) -> Any:
+        """``probe()`` once truthy (a condition no one object's watch reports)."""
+        return await eventually(probe, what)
 
     async def instance(self, name: str) -> dict[str, Any]:
         return await self.client.get(f"{INSTANCES}/{name}")
 
     async def phase(self, name: str, phase: str) -> dict[str, Any]:
-        async def probe() -> dict[str, Any] | None:
-            found = await self.instance(name)
-            return found if found.get("status", {}).get("phase") == phase else None
-
-        result: dict[str, Any] = await self.eventually(probe, f"{name} {phase}")
-        return result
+        """The Instance once its status says ``phase``, woken by a watch on it."""
+        return await until_object(
+            self.client, f"{INSTANCES}/{name}", lambda i: _in_phase(i, phase), f"{name} {phase}"
+        )
 
     async def gone(self, path: str) -> None:
-        async def probe() -> bool:
-            try:
-                await self.client.get(path)
-            except NotFound:
-                return True
-            return False
-
-        await self.eventually(probe, f"{path} gone")
+        await until_gone(self.client, path, path)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import base64
 import json
 import logging
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from gpustack_simulator.testing import cluster_standin
 from gpustack_simulator.up import webhook_configurations
 from gpustack_worker.daemon import Running, WorkerOptions, serve
 from h2_probe import Answer, H2Probe
+from kubewait import eventually
 from patience import HANG
 
 NS = "tenant-x"
@@ -103,19 +104,6 @@ def devices(node: str, cards: int) -> dict[str, Any]:
             "accelerators": [{"id": f"GPU-{i}", "index": i} for i in range(cards)],
         }]},
     }  # fmt: skip
-
-
-async def eventually(probe: Callable[[], Awaitable[Any]], what: str, timeout: float = HANG) -> Any:
-    with trio.move_on_after(timeout):
-        while True:
-            try:
-                found = await probe()
-            except NotFound:
-                found = None
-            if found:
-                return found
-            await trio.sleep(0.1)
-    pytest.fail(f"not within {timeout}s: {what}")
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ LocalQueue exists, and the Instance says why the Workload waits.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +36,7 @@ from gpustack_kube.config import load_config
 from gpustack_simulator.testing import cluster_standin
 from gpustack_simulator.up import webhook_configurations
 from gpustack_worker.daemon import Running, WorkerOptions, serve
-from patience import HANG
+from kubewait import eventually, until_object
 from walkthrough_expected import A10G_TYPE, CUSTOM_ENTRANCE, CUSTOM_TYPE
 
 NS = "default"
@@ -103,29 +103,17 @@ class Stack:
         return await self.admin.get(f"{API}/namespaces/{ns}/instances/{name}")
 
     async def phase(self, name: str, phase: str, ns: str = NS) -> dict[str, Any]:
-        async def probe() -> dict[str, Any] | None:
-            found = await self.instance(name, ns)
-            return found if found.get("status", {}).get("phase") == phase else None
+        """The Instance once its status says ``phase``, woken by a watch on it."""
 
-        result: dict[str, Any] = await eventually(probe, f"{ns}/{name} {phase}")
-        return result
+        def reached(found: dict[str, Any]) -> dict[str, Any] | None:
+            return found if (found.get("status") or {}).get("phase") == phase else None
+
+        path = f"{API}/namespaces/{ns}/instances/{name}"
+        return await until_object(self.admin, path, reached, f"{ns}/{name} {phase}")
 
     async def events(self, reason: str, ns: str = NS) -> list[str]:
         listed = await self.admin.get(f"/api/v1/namespaces/{ns}/events")
         return [e["message"] for e in listed["items"] if e.get("reason") == reason]
-
-
-async def eventually(probe: Callable[[], Awaitable[Any]], what: str, timeout: float = HANG) -> Any:
-    with trio.move_on_after(timeout):
-        while True:
-            try:
-                found = await probe()
-            except NotFound:
-                found = None
-            if found:
-                return found
-            await trio.sleep(0.1)
-    pytest.fail(f"not within {timeout}s: {what}: last {found!r}")
 
 
 async def refused(write: Awaitable[Any]) -> ApiError:

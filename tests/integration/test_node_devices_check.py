@@ -15,7 +15,7 @@ real Kueue evicting and requeueing, is ``tests/e2e/local/test_real_control_plane
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import standin_kueue_crds
 import trio
 
-from gpustack_kube.client import KubeClient, NotFound
+from gpustack_kube.client import KubeClient
 from gpustack_kube.config import load_config
 from gpustack_kube.paths import (
     ADMISSION_CHECKS,
@@ -36,7 +36,8 @@ from gpustack_kube.paths import (
 from gpustack_simulator.testing import cluster_standin
 from gpustack_worker.admissioncheck.controller import CheckOptions, NodeDevicesCheck
 from gpustack_worker.admissioncheck.fitlabels import run_fit_labels
-from patience import HANG, until
+from kubewait import eventually, until_object
+from patience import until
 
 WALKTHROUGH = Path(__file__).resolve().parents[2] / "recordings" / "scenarios" / "walkthrough.yaml"
 WHOLE = 1_600_000
@@ -46,16 +47,6 @@ NOW = "2026-12-03T17:00:00Z"
 SLICED_KEY = "sliced-max-free-units.fit.gpustack.ai/nvidia-tesla-t4"
 SHARED_KEY = "shared-free-cards.fit.gpustack.ai/nvidia-tesla-t4"
 T = TypeVar("T")
-
-
-async def eventually(probe: Callable[[], Any], what: str, timeout: float = HANG) -> Any:
-    with trio.move_on_after(timeout):
-        while True:
-            found = await probe()
-            if found is not None:
-                return found
-            await trio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def t4_devices(node: str, cards: int) -> dict[str, Any]:
@@ -143,12 +134,16 @@ async def put_workload(admin: KubeClient, name: str, flavor: str, conditions: li
     await admin.update(WORKLOADS.path("team-a", name, "status"), {**made, "status": status})
 
 
-async def entry(admin: KubeClient, name: str, state: str) -> dict[str, Any] | None:
-    found = await admin.get(WORKLOADS.path("team-a", name))
-    for e in (found.get("status") or {}).get("admissionChecks") or ():
-        if e["name"] == CHECK and e["state"] == state:
-            return dict(e)
-    return None
+async def entry(admin: KubeClient, name: str, state: str) -> dict[str, Any]:
+    """The check's entry on Workload ``name`` once it says ``state``, woken by a watch."""
+
+    def said(found: dict[str, Any]) -> dict[str, Any] | None:
+        for e in (found.get("status") or {}).get("admissionChecks") or ():
+            if e["name"] == CHECK and e["state"] == state:
+                return dict(e)
+        return None
+
+    return await until_object(admin, WORKLOADS.path("team-a", name), said, f"{name} {state}")
 
 
 async def test_the_check_answers_retry_on_a_fragmented_node_and_ready_once_a_card_is_freed(
@@ -156,22 +151,19 @@ async def test_the_check_answers_retry_on_a_fragmented_node_and_ready_once_a_car
 ) -> None:
     async with running(tmp_path) as (admin, check):
         # The worker wrote its AdmissionCheck and says it is Active.
-        async def active() -> dict[str, Any] | None:
-            try:
-                found = await admin.get(ADMISSION_CHECKS.path(name=CHECK))
-            except NotFound:
-                return None
+        def active(found: dict[str, Any]) -> dict[str, Any] | None:
             conditions = (found.get("status") or {}).get("conditions") or ()
             return found if any(c["type"] == "Active" and c["status"] == "True"
                                 for c in conditions) else None  # fmt: skip
 
-        made = await eventually(active, "the AdmissionCheck, Active")
+        path = ADMISSION_CHECKS.path(name=CHECK)
+        made = await until_object(admin, path, active, "the AdmissionCheck, Active")
         assert made["spec"] == {"controllerName": "gpustack.ai/node-devices"}
 
         # An evicted Workload is left alone; the fragmented node's slice is answered Retry.
         await put_workload(admin, "evicted", "fl-t4-a", ["QuotaReserved", "Evicted"])
         await put_workload(admin, "slice", "fl-t4-b", ["QuotaReserved"])
-        retry = await eventually(lambda: entry(admin, "slice", "Retry"), "the slice's Retry")
+        retry = await entry(admin, "slice", "Retry")
         assert "no node has one card that can hold it" in retry["message"]
         assert "node-t4-b: card GPU-node-t4-b-" in retry["message"]
         assert f"has {10 * PERCENT} units left; the slice asks {20 * PERCENT}" in retry["message"]
@@ -190,13 +182,16 @@ async def test_the_check_answers_retry_on_a_fragmented_node_and_ready_once_a_car
         assert event["involvedObject"]["kind"] == "Workload"
 
         # The fit labels say what one card can give: 10 % on node-t4-b, a whole card on t4-a.
-        async def labels(node: str, value: str) -> dict[str, str] | None:
-            got = (await admin.get(NODES.path(name=node)))["metadata"].get("labels") or {}
-            return got if got.get(SLICED_KEY) == value else None
+        async def labels(node: str, value: str) -> dict[str, str]:
+            def fit(found: dict[str, Any]) -> dict[str, str] | None:
+                got: dict[str, str] = found["metadata"].get("labels") or {}
+                return got if got.get(SLICED_KEY) == value else None
 
-        t4b = await eventually(lambda: labels("node-t4-b", str(10 * PERCENT)), "t4-b's labels")
+            return await until_object(admin, NODES.path(name=node), fit, f"{node}'s {value}")
+
+        t4b = await labels("node-t4-b", str(10 * PERCENT))
         assert t4b[SHARED_KEY] == "0"  # every card held Sliced: no share anywhere
-        t4a = await eventually(lambda: labels("node-t4-a", str(WHOLE)), "t4-a's labels")
+        t4a = await labels("node-t4-a", str(WHOLE))
         assert t4a[SHARED_KEY] == "1"
 
         # A card released: Kueue requeues and reserves again (the test resets the entry, as
@@ -207,10 +202,10 @@ async def test_the_check_answers_retry_on_a_fragmented_node_and_ready_once_a_car
             "name": CHECK, "state": "Pending", "retryCount": 1, "lastTransitionTime": NOW,
             "message": "Reset to Pending after eviction. Previously: Retry"}]  # fmt: skip
         await admin.update(WORKLOADS.path("team-a", "slice", "status"), current)
-        ready = await eventually(lambda: entry(admin, "slice", "Ready"), "the slice's Ready")
+        ready = await entry(admin, "slice", "Ready")
         assert ready["message"] == "PodSet main fits on node-t4-b (GPU-node-t4-b-3)"
         assert "requeueAfterSeconds" not in ready
-        await eventually(lambda: labels("node-t4-b", str(WHOLE)), "t4-b's label after release")
+        await labels("node-t4-b", str(WHOLE))  # after the release
 
         # The evicted Workload was never answered.
         assert await entry(admin, "evicted", "Pending") is not None

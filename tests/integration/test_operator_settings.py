@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -18,11 +18,11 @@ import pytest
 import trio
 
 from gpustack_core.settings import KEYS, Settings
-from gpustack_kube.client import KubeClient, NotFound
+from gpustack_kube.client import KubeClient
 from gpustack_kube.config import load_config
 from gpustack_simulator.testing import cluster_standin
 from gpustack_worker.settings import OperatorSettings
-from patience import HANG
+from kubewait import eventually
 
 SYSTEM = "gpustack-system"
 SECRETS = f"/api/v1/namespaces/{SYSTEM}/secrets"
@@ -36,19 +36,6 @@ def b64(text: str) -> str:
 
 def text_of(secret: dict[str, Any]) -> dict[str, str]:
     return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
-
-
-async def eventually(probe: Callable[[], Awaitable[Any]], what: str, timeout: float = HANG) -> Any:
-    with trio.move_on_after(timeout):
-        while True:
-            try:
-                found = await probe()
-            except NotFound:
-                found = None
-            if found:
-                return found
-            await trio.sleep(0.05)
-    pytest.fail(f"not within {timeout}s: {what}")
 
 
 class Clients:

@@ -17,22 +17,21 @@ import base64
 import json
 import re
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 
 from gpustack_core.settings import KEYS
-from gpustack_kube.client import KubeClient, NotFound
+from gpustack_kube.client import KubeClient
 from gpustack_kube.config import load_config
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.scenario.schema import Rule, UserSpec
 from gpustack_simulator.testing import cluster_standin
 from gpustack_worker.daemon import Running, WorkerOptions, serve
-from patience import HANG
+from kubewait import eventually
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed here")
@@ -69,19 +68,6 @@ class Stack:
     async def secret(self) -> dict[str, str]:
         found = await self.admin.get(SECRET)
         return {k: base64.b64decode(v).decode() for k, v in found["data"].items()}
-
-
-async def eventually(probe: Callable[[], Awaitable[Any]], what: str, timeout: float = HANG) -> Any:
-    with trio.move_on_after(timeout):
-        while True:
-            try:
-                found = await probe()
-            except NotFound:
-                found = None
-            if found:
-                return found
-            await trio.sleep(0.1)
-    pytest.fail(f"not within {timeout}s: {what}")
 
 
 @pytest.fixture
