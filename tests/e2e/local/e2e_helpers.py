@@ -12,12 +12,18 @@ from typing import Any, TypeVar
 import pytest
 from e2e_system import System
 
+from patience import HANG
+
 T = TypeVar("T")
 
 
-def eventually(probe: Callable[[], T | None], what: str, timeout: float = 45.0) -> T:
-    """``probe()``'s first non-None answer, polled; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
+def eventually(probe: Callable[[], T | None], what: str, timeout: float = HANG) -> T:
+    """``probe()``'s first non-None answer, polled; fail naming ``what`` after the bound.
+
+    The bound only catches a hang (``tests/patience.py``): it is ``timeout`` or :data:`HANG`,
+    whichever is longer, so a caller may allow a slow flow more but never a loaded machine less.
+    """
+    deadline = time.monotonic() + max(timeout, HANG)
     while True:
         found = probe()
         if found is not None:

@@ -19,14 +19,17 @@ import pytest
 import yaml
 from e2e_system import System
 
+from patience import HANG
+
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl here")
 
 T = TypeVar("T")
 INSTANCE = "instances.v1alpha1.worker.gpustack.ai"
 
 
-def eventually(probe: Callable[[], T | None], what: str, timeout: float = 30) -> T:
-    deadline = time.monotonic() + timeout
+def eventually(probe: Callable[[], T | None], what: str, timeout: float = HANG) -> T:
+    """``probe()`` once truthy; the bound (``timeout`` or HANG, the longer) only catches a hang."""
+    deadline = time.monotonic() + max(timeout, HANG)
     while time.monotonic() < deadline:
         found = probe()
         if found:

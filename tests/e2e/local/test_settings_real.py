@@ -31,6 +31,7 @@ import yaml
 from e2e_system import CONTROL_PLANE, System
 
 from gpustack_core.settings import KEYS
+from patience import HANG
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl here"),
@@ -70,8 +71,9 @@ EDITOR_SED = """sed -i 's/^  value: .*/  value: "true"/'"""
 """``kubectl edit``'s editor (run through ``sh -c``): sets ``spec.value`` to ``"true"``."""
 
 
-def eventually(probe: Callable[[], T | None], what: str, timeout: float = 60) -> T:
-    deadline = time.monotonic() + timeout
+def eventually(probe: Callable[[], T | None], what: str, timeout: float = HANG) -> T:
+    """``probe()`` once truthy; the bound (``timeout`` or HANG, the longer) only catches a hang."""
+    deadline = time.monotonic() + max(timeout, HANG)
     while time.monotonic() < deadline:
         found = probe()
         if found:
