@@ -21,6 +21,13 @@ from e2e_system import CONTROL_PLANE
 REPO = Path(__file__).resolve().parents[3]
 FIRST_SCREEN_SECONDS = 15.0
 """The issue's bound from "up" to the first screen, on a quiet machine."""
+QUIET = 1.0
+"""A machine is quiet enough when its 1-minute load average is at most this share of its cores
+(not oversubscribed: the suite itself, no second job beside it)."""
+
+
+def _quiet() -> bool:
+    return os.getloadavg()[0] <= QUIET * (os.cpu_count() or 1)
 
 
 @pytest.mark.skipif(
@@ -41,6 +48,7 @@ def test_dev_demo_shows_its_first_screen_soon_and_ctrl_c_exits_0_silently(
     )
     seen: list[str] = []
     up_at = screen_at = None
+    quiet = _quiet()
     try:
         assert demo.stdout is not None
         deadline = time.monotonic() + 300
@@ -66,6 +74,10 @@ def test_dev_demo_shows_its_first_screen_soon_and_ctrl_c_exits_0_silently(
     assert "Traceback" not in output
     assert output.rstrip().splitlines()[-1].startswith("stopped ")
     assert not (state_dir / "processes.json").exists()
-    assert screen_at - up_at < FIRST_SCREEN_SECONDS, output
+    # The bound is the issue's, for a quiet machine; a loaded one (a second job, a CI run
+    # beside it) stretches any wall time, and a deadline must not decide there (docs/testing.md).
+    # What holds everywhere is above: the screen came, from what had arrived, and Ctrl-C ended it.
+    quiet = quiet and _quiet()
+    assert not quiet or screen_at - up_at < FIRST_SCREEN_SECONDS, output
     # The hints name commands that run from here: kubectl, and paths that exist.
     assert "\n  kubectl --kubeconfig " in output
