@@ -42,6 +42,7 @@ from gpustack_worker.metricaccess.controller import (
     MetricAccessController,
     MetricAccessOptions,
 )
+from patience import HANG
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason=MISSING)
 
@@ -99,7 +100,7 @@ def _access(name: str, metrics: list[str], **spec: Any) -> dict[str, Any]:
 
 
 async def _status(kube: KubeClient, name: str, reason: str) -> dict[str, Any]:
-    with trio.fail_after(30):
+    with trio.fail_after(HANG):
         while True:
             obj = await kube.get(METRIC_ACCESSES.path(A, name))
             status: dict[str, Any] = obj.get("status") or {}

@@ -24,6 +24,7 @@ from gpustack_kube.config import load_config
 from gpustack_simulator.cluster.server import RunningCluster
 from gpustack_simulator.testing import cluster_standin
 from gpustack_worker.metricsdaemon import LEASE, MetricsDaemonOptions, Running, serve
+from patience import HANG
 
 REPO = Path(__file__).resolve().parents[2]
 USERS = [
@@ -96,7 +97,7 @@ async def test_two_replicas_elect_one_deliverer(tmp_path: Path) -> None:
     ):
         assert first.urls == []
         controllers = [r.controller for r in (first, second)]
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             while not any(c is not None and c.elector and c.elector.leading for c in controllers):
                 await trio.sleep(0.1)
         await trio.sleep(1.0)  # a second candidate had its chance to (wrongly) lead too

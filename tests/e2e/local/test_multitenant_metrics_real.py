@@ -54,6 +54,7 @@ from gpustack_kube.config import KubeConfig, load_config
 from gpustack_simulator.controlplane.binaries import BinariesError, locate
 from gpustack_worker.metricaccess.controller import METRIC_ACCESSES
 from gpustack_worker.metricsdaemon import MetricsDaemonOptions, Running, controller_for, serve
+from patience import HANG
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration"))
 from prom_tenancy import (
@@ -331,7 +332,7 @@ def _access(name: str) -> dict[str, Any]:
 
 async def _delivered(kube: KubeClient, name: str) -> dict[str, Any]:
     """The object's status, as kube-apiserver holds it, once it reports a delivery."""
-    with trio.fail_after(60):  # the Lease is taken first (its create, then the first term)
+    with trio.fail_after(HANG):  # the Lease is taken first (its create, then the first term)
         while True:
             try:
                 obj = await kube.get(METRIC_ACCESSES.path(A, name))
@@ -360,7 +361,7 @@ async def test_a_metricaccess_delivers_tenant_a_slice_and_nothing_of_b(
         controller.options = dataclasses.replace(controller.options, resolve=resolve)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(controller.run)
-            with trio.fail_after(30):
+            with trio.fail_after(HANG):
                 while True:  # the CRD's endpoint may lag its Established condition
                     try:
                         await tenant_a.create(METRIC_ACCESSES.path(A), _access("gpu-team"))
