@@ -8,6 +8,7 @@ timestamps, so an instant query at :data:`EVAL_AT` sees them. Every tenant's ser
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -24,9 +25,12 @@ from gpustack_simulator.controlplane.promlabelproxy import command
 PROMETHEUS = shutil.which("prometheus")
 MISSING = "Debian's `prometheus` package is not installed; .ci/run installs it"
 A, B = "tenant-a", "tenant-b"
-NOW_MS = (int(time.time()) // 60) * 60_000
+NOW_MS = (int(time.time()) // 60) * 60_000 - int(os.environ.get("GPUSTACK_TENANCY_AGE", "0")) * 1000
 EVAL_AT = NOW_MS / 1000
-"""The instant every query is evaluated at: the newest sample of the loaded data."""
+"""The instant every query is evaluated at: the newest sample of the loaded data.
+
+``GPUSTACK_TENANCY_AGE=<s>`` ages it by that much, as a whole-suite run does (the module is
+imported long before its tests push): run a file alone that way to see what the suite sees."""
 STEP_MS = 15_000
 FAMILIES = ("gpustack_instance_memory_used_mib", "gpustack_instance_cores_utilization_percent")
 
