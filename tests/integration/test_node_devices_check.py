@@ -134,16 +134,18 @@ async def put_workload(admin: KubeClient, name: str, flavor: str, conditions: li
     await admin.update(WORKLOADS.path("team-a", name, "status"), {**made, "status": status})
 
 
+def check_entry(workload: dict[str, Any], state: str) -> dict[str, Any] | None:
+    """The check's entry on ``workload`` if it says ``state``."""
+    for e in (workload.get("status") or {}).get("admissionChecks") or ():
+        if e["name"] == CHECK and e["state"] == state:
+            return dict(e)
+    return None
+
+
 async def entry(admin: KubeClient, name: str, state: str) -> dict[str, Any]:
     """The check's entry on Workload ``name`` once it says ``state``, woken by a watch."""
-
-    def said(found: dict[str, Any]) -> dict[str, Any] | None:
-        for e in (found.get("status") or {}).get("admissionChecks") or ():
-            if e["name"] == CHECK and e["state"] == state:
-                return dict(e)
-        return None
-
-    return await until_object(admin, WORKLOADS.path("team-a", name), said, f"{name} {state}")
+    path = WORKLOADS.path("team-a", name)
+    return await until_object(admin, path, lambda w: check_entry(w, state), f"{name} {state}")
 
 
 async def test_the_check_answers_retry_on_a_fragmented_node_and_ready_once_a_card_is_freed(
@@ -208,7 +210,8 @@ async def test_the_check_answers_retry_on_a_fragmented_node_and_ready_once_a_car
         await labels("node-t4-b", str(WHOLE))  # after the release
 
         # The evicted Workload was never answered.
-        assert await entry(admin, "evicted", "Pending") is not None
+        evicted = await admin.get(WORKLOADS.path("team-a", "evicted"))
+        assert check_entry(evicted, "Pending") is not None
         assert all(key != "team-a/evicted" for key, _, _ in check.answers)
 
 
