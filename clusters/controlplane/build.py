@@ -3,7 +3,7 @@
     python3 clusters/controlplane/build.py [--print-dir] [component ...]
 
 Components: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kueue,
-nfd-master, prom-label-proxy (default: all).
+nfd-master, prom-label-proxy, metrics-server (default: all).
 Binaries land in ``.tools/controlplane/<key>/`` where ``<key>`` hashes the module's go.mod, go.sum,
 its sources and ``go version``: a change to a pin is a new key, never a stale binary. A clean
 clone (CI) finds earlier builds through ``$GPUSTACK_CACHE`` (default
@@ -60,6 +60,8 @@ COMPONENTS: dict[str, tuple[str, str]] = {
     "nfd-master": ("nfd", "sigs.k8s.io/node-feature-discovery/cmd/nfd-master"),
     # Query-time tenant isolation in front of a Prometheus (docs/multi-tenant-metrics.md).
     "prom-label-proxy": ("promlabelproxy", "github.com/prometheus-community/prom-label-proxy"),
+    # The aggregated metrics.k8s.io API clusters run: the worker's peer in docs/performance.md.
+    "metrics-server": ("metricsserver", "sigs.k8s.io/metrics-server/cmd/metrics-server"),
 }
 
 

@@ -20,6 +20,8 @@ The three modules:
   local folder: the versioned replaces are copied and the local one pinned to the tag's version;
 - ``promlabelproxy/``: prom-label-proxy, the query-time isolation in front of a Prometheus
   (docs/multi-tenant-metrics.md); a plain module, its own go.mod has no replaces.
+- ``metricsserver/``: metrics-server, the aggregated ``metrics.k8s.io`` API a cluster already
+  runs, the peer the worker's subresource is measured against (docs/performance.md); plain too.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ ETCD = "v3.7.3"
 KUEUE = "v0.17.0"
 NFD = "v0.18.3"
 PROM_LABEL_PROXY = "v0.11.1"
+METRICS_SERVER = "v0.8.0"
 GO = "1.26.0"
 
 KUBE_TOOLS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
@@ -148,6 +151,12 @@ def wanted() -> dict[Path, str]:
             "github.com/prometheus-community/prom-label-proxy",
             PROM_LABEL_PROXY,
             "github.com/prometheus-community/prom-label-proxy",
+        ),
+        HERE / "metricsserver" / "go.mod": simple_gomod(
+            "metricsserver",
+            "sigs.k8s.io/metrics-server",
+            METRICS_SERVER,
+            "sigs.k8s.io/metrics-server/cmd/metrics-server",
         ),
     }
 

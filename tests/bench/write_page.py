@@ -151,7 +151,62 @@ def round_table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def page(data: dict[str, Any], json_path: Path, out: Path) -> str:
+AGGREGATED_TARGETS = {
+    "metrics.k8s.io": "metrics-server, `pods/llama-70b`",
+    "ours": "ours, `instances/llama-70b/metrics`",
+    "apiserver": "kube-apiserver itself, `pods/llama-70b` (the floor)",
+}
+CLIENT_LABELS = {"kubectl": "`kubectl get --raw`, 1 at a time", "1": "1 httpx client",
+                 "32": "32 httpx clients"}  # fmt: skip
+
+
+def aggregated_section(peer: dict[str, Any] | None) -> str:
+    """The subresource against metrics-server through one kube-aggregator (its own run)."""
+    if peer is None:
+        return "Not run: `tests/bench/aggregated_peer.py` wrote no JSON beside this page's."
+    load = " → ".join(f"{x[0]:.2f}" for x in (peer["load_average_start"], peer["load_average_end"]))
+    machine = peer["machine"]
+    lines = [
+        f"From one run of `{peer['command']}` ({peer['date']}, revision `{peer['revision']}`, "
+        f"{peer['seconds']} s, 1-minute load average {load}; {machine['cpus']} CPUs, "
+        f"{machine['cpu_model']}), written to "
+        "[`performance-aggregated.json`](performance-aggregated.json). "
+        f"{peer['rounds']} shuffled rounds (seed {peer['seed']}), each running every cell once "
+        f"after a round that warms them: per round a cell makes "
+        + ", ".join(f"{n} ({CLIENT_LABELS[c]})" for c, n in peer["per_burst"].items())
+        + " requests.",
+        "",
+        "| Target | clients | n | p50 ms | p90 ms | p99 ms | req/s | CPU ms / request: "
+        "kube-apiserver · worker · metrics-server | bytes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    cells = peer["cells"]
+    for clients, who in CLIENT_LABELS.items():
+        for target, label in AGGREGATED_TARGETS.items():
+            cell = cells[f"{target}/{clients}"]
+            cpu = cell["server_cpu_ms_per_request"]
+            failed = f" ({cell['errors']} not 200)" if cell["errors"] else ""
+            lines.append(
+                f"| {label} | {who} | {cell['n']:,}{failed} | "
+                f"{_ms(cell['p50_ms'])} | {_ms(cell['p90_ms'])} | {_ms(cell['p99_ms'])} | "
+                f"{cell['requests_per_second']:,.0f} | {_ms(cpu['kube-apiserver'])} · "
+                f"{_ms(cpu['worker'])} · {_ms(cpu['metrics-server'])} | {cell['bytes']:,} |"
+            )
+    lines += ["", "| Ours ÷ metrics-server (lower is better; the goal is ≤ 1.2×) | p50 | p90 | "
+              "p99 | req/s (higher is better) |", "|---|---|---|---|---|"]  # fmt: skip
+    for clients, who in CLIENT_LABELS.items():
+        ours, peer_cell = cells[f"ours/{clients}"], cells[f"metrics.k8s.io/{clients}"]
+        lines.append(
+            f"| {who} | "
+            + " | ".join(f"{ours[k] / peer_cell[k]:.2f}×" for k in ("p50_ms", "p90_ms", "p99_ms"))
+            + f" | {ours['requests_per_second'] / peer_cell['requests_per_second']:.2f}× |"
+        )
+    return "\n".join(lines)
+
+
+def page(
+    data: dict[str, Any], json_path: Path, out: Path, peer: dict[str, Any] | None = None
+) -> str:
     """The template with this run's figures in place."""
     text = TEMPLATE.read_text()
     json_name = Path(json_path).name if json_path.parent == out.parent else str(json_path)
@@ -167,6 +222,7 @@ def page(data: dict[str, Any], json_path: Path, out: Path) -> str:
         "scrape_table": scrape_table(data),
         "ratios": ratios(data),
         "round_table": round_table(data),
+        "aggregated": aggregated_section(peer),
     }
     for key, value in values.items():
         text = text.replace("{" + key + "}", value)
@@ -174,9 +230,11 @@ def page(data: dict[str, Any], json_path: Path, out: Path) -> str:
 
 
 def main() -> None:
-    """``JSON OUT``."""
+    """``JSON OUT``; ``performance-aggregated.json`` beside ``JSON`` is read when present."""
     json_path, out = Path(sys.argv[1]), Path(sys.argv[2])
-    out.write_text(page(json.loads(json_path.read_text()), json_path, out))
+    aggregated = json_path.with_name("performance-aggregated.json")
+    peer = json.loads(aggregated.read_text()) if aggregated.is_file() else None
+    out.write_text(page(json.loads(json_path.read_text()), json_path, out, peer))
 
 
 if __name__ == "__main__":

@@ -337,3 +337,50 @@ def test_real_nfd_master_turns_the_published_nodefeatures_into_node_labels(
     owned = set(node["metadata"]["annotations"]["nfd.node.kubernetes.io/feature-labels"].split(","))
     assert "acceleratable.feature.gpustack.ai/nvidia" in owned
     assert any(key.startswith("general.feature.gpustack.ai/") for key in labels)
+
+
+def _nanocores(quantity: str) -> float:
+    """metrics-server's CPU quantity (``n``, ``u`` or ``m`` suffixed) in cores."""
+    scale = {"n": 1e-9, "u": 1e-6, "m": 1e-3}
+    return float(quantity[:-1]) * scale[quantity[-1]] if quantity[-1] in scale else float(quantity)
+
+
+def _bytes(quantity: str) -> int:
+    """A memory quantity (plain or with a binary suffix, as metrics-server writes it)."""
+    for power, suffix in enumerate(("Ki", "Mi", "Gi", "Ti"), start=1):
+        if quantity.endswith(suffix):
+            return int(quantity.removesuffix(suffix)) * 1024**power
+    return int(quantity)
+
+
+def test_real_metrics_server_serves_the_node_agents_resource_metrics(system: System) -> None:
+    """metrics-server from its module scrapes the node agent's ``/metrics/resource`` and serves
+    ``metrics.k8s.io`` through the real aggregator; ``kubectl top`` reads it as a user does.
+
+    Expected figures are the demo scenario's (recordings/scenarios/demo.yaml): from t = 90 s
+    llama-70b's one container holds 7500m of CPU and 42Gi of memory."""
+
+    def steady() -> dict[str, Any] | None:
+        done = system.kubectl(
+            "get", "--raw", "/apis/metrics.k8s.io/v1beta1/namespaces/team-a/pods/llama-70b"
+        )
+        if done.returncode != 0:
+            return None  # not scraped twice yet (metrics-server's rate needs two points)
+        body: dict[str, Any] = json.loads(done.stdout)
+        [container] = body["containers"]
+        usage = container["usage"]
+        # a rate taken across t = 90 s lies between the two points: wait for one after it
+        memory_held = _bytes(usage["memory"]) == 42 * 1024**3
+        return body if memory_held and abs(_nanocores(usage["cpu"]) - 7.5) < 0.01 else None
+
+    body = eventually(steady, "llama-70b's PodMetrics at the scenario's figures", timeout=240)
+    [container] = body["containers"]
+    assert container["name"] == "main"
+    top = system.kubectl("top", "pod", "llama-70b", "-n", "team-a", "--no-headers")
+    assert top.returncode == 0, top.stderr
+    name, cpu, memory = top.stdout.split()
+    assert (name, memory) == ("llama-70b", "43008Mi")
+    assert abs(_nanocores(cpu) - 7.5) < 0.01
+    nodes = system.kubectl("top", "node", "gpu-node-1", "--no-headers")
+    assert nodes.returncode == 0, nodes.stderr
+    assert nodes.stdout.split()[0] == "gpu-node-1"

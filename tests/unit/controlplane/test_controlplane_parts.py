@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_simulator.controlplane import bootstrap, kueue, nfd
+from gpustack_simulator.controlplane import bootstrap, kueue, metricsserver, nfd
 from gpustack_simulator.controlplane.netns import Netns, NetnsError
 from gpustack_simulator.scenario.schema import Rule, UserDoc
 
@@ -220,3 +220,28 @@ def test_nfd_master_is_installed_from_its_own_deployment_base(nfd_source: Path) 
     deploy = (REPO / "docs" / "deploy.md").read_text()
     for namespace in allowed.removeprefix("-extra-label-ns=").split(","):
         assert namespace in deploy
+
+
+@pytest.fixture(scope="module")
+def metrics_server_source() -> Path:
+    if shutil.which("go") is None:
+        pytest.skip("go is not installed here")
+    try:
+        return metricsserver.module_dir(CONTROLPLANE / "metricsserver")
+    except metricsserver.MetricsServerError as exc:
+        pytest.skip(f"metrics-server's module is not in the module cache: {exc}")
+
+
+def test_metrics_server_is_installed_from_its_own_manifests(metrics_server_source: Path) -> None:
+    """Its APIService and RBAC as shipped; only the Service and port say where it listens."""
+    objects = metricsserver.manifests(metrics_server_source, port=4321)
+    by_kind = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    service = by_kind["APIService", "v1beta1.metrics.k8s.io"]["spec"]
+    assert (service["group"], service["version"]) == ("metrics.k8s.io", "v1beta1")
+    assert service["service"] == {"name": "metrics-server", "namespace": "kube-system", "port": 4321}
+    assert by_kind["Service", "metrics-server"]["spec"]["externalName"] == "127.0.0.1"
+    # what it needs of the cluster: reading nodes' metrics and Pods, delegated auth
+    role = by_kind["ClusterRole", "system:metrics-server"]
+    assert any("nodes/metrics" in r["resources"] for r in role["rules"])
+    assert ("ClusterRoleBinding", "metrics-server:system:auth-delegator") in by_kind
+    assert not any(o["kind"] == "Deployment" for o in objects)

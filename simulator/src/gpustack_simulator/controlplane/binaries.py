@@ -22,6 +22,7 @@ COMPONENTS = (
     "kubectl",
     "kueue",
     "nfd-master",
+    "metrics-server",
 )
 BUILD_SCRIPT = Path("clusters") / "controlplane" / "build.py"
 

@@ -9,8 +9,10 @@ NodeRestriction admission plugin decide what it may write, as for a kubelet:
   plugin's resource in capacity and allocatable) and renews its Lease in ``kube-node-lease``.
 - **The kubelet's HTTPS endpoints** on ``<address>:10250``, which the API server's node proxy
   reaches: ``/healthz``, ``/pods`` and ``/stats/summary`` (the scenario's usage series for its
-  Pods, idle figures for the others, as :mod:`gpustack_simulator.cluster.podstats`). Callers
-  must present a certificate of the cluster CA (the API server's kubelet client).
+  Pods, idle figures for the others, as :mod:`gpustack_simulator.cluster.podstats`), and
+  ``/metrics/resource``, the same figures as metrics-server scrapes them
+  (:mod:`gpustack_simulator.cluster.resourcemetrics`). Callers must present a certificate of the
+  cluster CA (the API server's kubelet client, metrics-server's).
 - **Device plugins**: a :class:`~gpustack_simulator.fakekubelet.FakeKubelet` per node serves
   Registration and PodResources on the node's sockets; a bound Pod requesting a registered
   resource is admitted by calling ``Allocate`` first (the same picking and calls as the stand-in's
@@ -54,6 +56,7 @@ from gpustack_kube.client import ApiError, KubeClient, NotFound
 from gpustack_kube.config import load_config
 from gpustack_kube.informer import Informer
 from gpustack_serving.connections import bind, serve_connections, ssl_connections
+from gpustack_simulator.cluster import resourcemetrics
 from gpustack_simulator.cluster.podstats import running_pod_stats
 from gpustack_simulator.cluster.state import ScenarioClock
 from gpustack_simulator.fakekubelet import FakeKubelet
@@ -487,6 +490,11 @@ def kubelet_app(node: Node) -> QuartTrio:
         if request.args.get("only_cpu_and_memory") not in (None, "true", "false"):
             return Response("bad only_cpu_and_memory", status=400)
         return Response(json.dumps(node.summary()), content_type="application/json")
+
+    @app.route("/metrics/resource")
+    async def metrics_resource() -> Response:
+        body = resourcemetrics.render(node.summary())
+        return Response(body, content_type=resourcemetrics.CONTENT_TYPE)
 
     @app.route("/pods")
     async def pods() -> Response:

@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from gpustack_simulator.controlplane import (
     components,
     kubeconfigs,
     kueue,
+    metricsserver,
     nfd,
 )
 from gpustack_simulator.controlplane.netns import NETNS_FILE, Netns, NetnsError, record
@@ -441,6 +442,50 @@ class _Run:
         node = self.expanded.nodes[0]["metadata"]["name"]
         self.started.append(_spawn("nfd-master", master, self.logs, env={"NODE_NAME": node}))
 
+    def metrics_server(self) -> Callable[[], None]:
+        """metrics-server from its module, as its manifests install it; returns its wait.
+
+        The wait (for the APIService to be Available) is called once the rest is up: until
+        then discovery through kubectl would report ``metrics.k8s.io`` unreachable.
+        """
+        root = binaries.repository_root()
+        assert root is not None
+        try:
+            source = metricsserver.module_dir(root / "clusters" / "controlplane" / "metricsserver")
+        except metricsserver.MetricsServerError as exc:
+            raise UpError(str(exc)) from exc
+        (port,) = _free_ports(1)
+        self.kubectl.apply(metricsserver.manifests(source, port=port))
+        token = self.kubectl.create_token(metricsserver.NAMESPACE, metricsserver.SERVICE_ACCOUNT)
+        directory = self.state_dir / "metrics-server"
+        config = kubeconfigs.write(
+            directory / "kubeconfig",
+            kubeconfigs.kubeconfig(self.server, self.pki.ca, {"ms": {"token": token}}, "ms"),
+        )
+        client = self.pki.user_client("metrics-server")  # the kubelets take the cluster CA's
+        (directory / "certs").mkdir(parents=True, exist_ok=True)
+        server = _spawn(
+            "metrics-server",
+            metricsserver.command(
+                self.found["metrics-server"], config, port=port, cert_dir=directory / "certs",
+                ca=self.pki.ca, client_cert=client.cert, client_key=client.key,
+            ),
+            self.logs,
+        )  # fmt: skip
+        self.started.append(server)
+
+        def available() -> bool:
+            got = self.kubectl("get", "apiservice", metricsserver.API_SERVICE, "-o", "json")
+            conditions = json.loads(got).get("status", {}).get("conditions") or ()
+            return any(
+                c.get("type") == "Available" and c.get("status") == "True" for c in conditions
+            )
+
+        return lambda: _wait(
+            server, available, self.deadline, "the APIService v1beta1.metrics.k8s.io Available",
+            interval=0.5,
+        )  # fmt: skip
+
     def nodes(self) -> Path:
         """The node agent, inside the namespace; returns once every node is Ready."""
         kubelets = kubelet_root(self.state_dir)
@@ -576,9 +621,11 @@ def _start(run: _Run) -> Endpoints:
     run.kueue()
     kubelets = run.nodes()
     run.nfd()  # after the nodes: it annotates the one it stands on
+    metrics_available = run.metrics_server()
     worker_url = run.worker()  # the webhooks fail closed: it serves before any Pod is made
     managers = run.device_managers(kubelets)
     run.scenario()
+    metrics_available()
     return Endpoints(
         scenario=str(run.path),
         cluster=run.server,
