@@ -10,7 +10,7 @@ list is kept by hand. Standard library only; it needs ``go`` and the module prox
     python3 clusters/controlplane/gomod.py            # the pinned releases below
     python3 clusters/controlplane/gomod.py --check    # exit 1 if a go.mod is stale
 
-The three modules:
+The modules:
 
 - ``kubernetes/``: kube-apiserver, kube-controller-manager, kube-scheduler (``tool`` directives);
 - ``etcd/``: etcd through a main of ours calling the server's ``etcdmain`` entry;

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from gpustack_simulator.controlplane import binaries
+from gpustack_simulator.controlplane.netns import delete_recorded
 from gpustack_simulator.controlplane.start import up_real
 from gpustack_simulator.up import down
 
@@ -57,6 +58,7 @@ server, ca, cert, key, kubectl, kubeconfig = sys.argv[1:7]
 context = ssl.create_default_context(cafile=ca)
 context.load_cert_chain(cert, key)
 pools = {}
+reconnects = [0]
 
 async def pool(n):
     if n not in pools:
@@ -82,7 +84,12 @@ async def burst(path, clients, count):
     async def one(client, n):
         for _ in range(n):
             began = time.perf_counter()
-            response = await client.get(path)
+            try:
+                response = await client.get(path)
+            except httpx.RemoteProtocolError:  # a kept connection the server had just closed
+                reconnects[0] += 1
+                began = time.perf_counter()  # timed afresh, as Go's client retries it
+                response = await client.get(path)
             latencies.append(time.perf_counter() - began)
             statuses.append(response.status_code)
             size[0] = len(response.content)
@@ -96,7 +103,9 @@ async def main():
         began = time.perf_counter()
         latencies, statuses, size = await burst(order["path"], order["clients"], order["count"])
         print(json.dumps({"latencies": latencies, "statuses": statuses, "bytes": size,
-                          "seconds": time.perf_counter() - began}), flush=True)
+                          "seconds": time.perf_counter() - began,
+                          "reconnects": reconnects[0]}), flush=True)
+        reconnects[0] = 0
 
 asyncio.run(main())
 '''
@@ -192,6 +201,7 @@ def run(rounds: int, seed: int) -> dict[str, Any]:
                 f"{t}/{c}": {
                     "latencies": [],
                     "errors": 0,
+                    "reconnects": 0,
                     "seconds": 0.0,
                     "cpu_ticks": dict.fromkeys(SERVERS, 0),
                     "bytes": 0,
@@ -218,6 +228,7 @@ def run(rounds: int, seed: int) -> dict[str, Any]:
                     cell = figures[f"{target}/{clients}"]
                     cell["latencies"] += answer["latencies"]
                     cell["errors"] += sum(1 for s in answer["statuses"] if s != 200)
+                    cell["reconnects"] += answer["reconnects"]
                     cell["seconds"] += answer["seconds"]
                     cell["bytes"] = answer["bytes"]
                     for name in pids:
@@ -226,6 +237,7 @@ def run(rounds: int, seed: int) -> dict[str, Any]:
             load.wait(timeout=30)
         finally:
             down(state)
+            delete_recorded(state)  # the network namespace, as `simulator down` deletes it
     tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
     out: dict[str, Any] = {}
     for key, cell in figures.items():
@@ -233,6 +245,7 @@ def run(rounds: int, seed: int) -> dict[str, Any]:
         out[key] = {
             "n": n,
             "errors": cell["errors"],
+            "reconnects": cell["reconnects"],
             "p50_ms": _nearest_rank(cell["latencies"], 0.50),
             "p90_ms": _nearest_rank(cell["latencies"], 0.90),
             "p99_ms": _nearest_rank(cell["latencies"], 0.99),

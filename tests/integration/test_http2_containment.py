@@ -153,3 +153,47 @@ async def test_an_over_size_body_is_refused_and_the_connection_kept(worker: Work
             assert not probe.closed
     finally:
         await probe.aclose()
+
+
+REQUESTS_PAST_THE_COUNT = 1_300
+"""More requests on one HTTP/2 connection than hypercorn's ``keep_alive_max_requests`` (1,000)."""
+
+
+async def _many_over_one_connection(url: str, path: str) -> dict[object, int]:
+    """``REQUESTS_PAST_THE_COUNT`` GETs, 32 in flight, over one HTTP/2 connection; outcomes."""
+    outcomes: dict[object, int] = {}
+    turns = iter(range(REQUESTS_PAST_THE_COUNT))
+    async with httpx.AsyncClient(verify=False, trust_env=False, http2=True) as client:
+
+        async def one() -> None:
+            for _ in turns:
+                try:
+                    response = await client.get(url + path)
+                except httpx.HTTPError as exc:
+                    key: object = type(exc).__name__
+                else:
+                    key = (response.http_version, response.status_code)
+                outcomes[key] = outcomes.get(key, 0) + 1
+
+        with trio.fail_after(HANG):
+            async with trio.open_nursery() as nursery:
+                for _ in range(32):
+                    nursery.start_soon(one)
+    return outcomes
+
+
+async def test_a_busy_h2_connection_is_never_cut_with_answers_in_flight(
+    worker: WorkerStack,
+) -> None:
+    """kube-aggregator sends every user's reads to the worker over one HTTP/2 connection.
+
+    hypercorn closed an HTTP/2 connection after 1,000 requests by a GOAWAY after which h2 sends
+    nothing, so the answers still in flight were lost: through the real aggregator, 32 readers
+    got 503 "server sent GOAWAY and closed the connection" and aborted connections. Every
+    request must be answered, over HTTP/2, on the worker and on a Device Manager alike.
+    """
+    outcomes = await _many_over_one_connection(worker.url, "/healthz")
+    assert outcomes == {("HTTP/2", 200): REQUESTS_PAST_THE_COUNT}
+    manager = worker.device_managers[0]
+    outcomes = await _many_over_one_connection(manager.url, "/readyz")
+    assert outcomes == {("HTTP/2", 200): REQUESTS_PAST_THE_COUNT}

@@ -13,7 +13,14 @@ connection, through ``trio.serve_listeners``, ending the whole server. One unaut
 * as soon as the complete response is out while the client is still sending, the stream is
   reset with ``NO_ERROR`` — "stop sending, the answer is out" — so the client stops uploading
   (and is not left waiting on a flow-control window the app will never reopen);
-* the sending task tolerates a stream that disappeared between being scheduled and being sent.
+* the sending task tolerates a stream that disappeared between being scheduled and being sent;
+* a connection is never closed for the number of requests it has carried. hypercorn closed an
+  HTTP/2 connection after ``keep_alive_max_requests`` (1,000) by a GOAWAY after which h2 sends
+  nothing more, so the answers still in flight on it were lost (RFC 9113 §6.8 wants streams up
+  to the GOAWAY's last stream ID answered). kube-aggregator carries every user's reads to the
+  worker over one such connection: 32 readers through it got 503 "server sent GOAWAY and closed
+  the connection" and aborted connections every thousand requests. kube-apiserver puts no count
+  on an HTTP/2 connection either; HTTP/1.1's count (a graceful ``Connection: close``) stays.
 
 hypercorn chooses its HTTP/2 class by the name ``H2Protocol`` in ``hypercorn.protocol`` when a
 connection negotiates ``h2``; :func:`install` points that name at this class, once per
@@ -24,13 +31,16 @@ to its own connection, so a defect this does not cover costs one connection, nev
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
+import sys
 
 import h2.errors
 import h2.events
 import h2.exceptions
 import hypercorn.protocol
 from h2.stream import StreamState
+from hypercorn.config import Config
 from hypercorn.protocol.h2 import H2Protocol
 from priority.priority import MissingStreamError
 
@@ -41,6 +51,17 @@ _UPSTREAM = H2Protocol
 
 class HardenedH2Protocol(H2Protocol):
     """hypercorn's ``H2Protocol`` that survives a request body outliving its response."""
+
+    @property
+    def config(self) -> Config:
+        """The server's Config, without a request count on the connection (see the module)."""
+        return self._lifted
+
+    @config.setter
+    def config(self, value: Config) -> None:
+        # A copy: the server's Config (and its HTTP/1.1 connections' count) stays as it was.
+        self._lifted = copy.copy(value)
+        self._lifted.keep_alive_max_requests = sys.maxsize
 
     async def _handle_events(self, events: list[h2.events.Event]) -> None:
         # Events are handled one at a time: a stream opened by an earlier event of the same
