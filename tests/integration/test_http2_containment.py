@@ -25,6 +25,8 @@ import httpx
 import pytest
 import trio
 from dm_stack import open_stack
+from hypercorn.events import Event, RawData
+from hypercorn.trio.tcp_server import TCPServer
 from worker_stack import WorkerStack, open_worker_stack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -197,3 +199,29 @@ async def test_a_busy_h2_connection_is_never_cut_with_answers_in_flight(
     manager = worker.device_managers[0]
     outcomes = await _many_over_one_connection(manager.url, "/readyz")
     assert outcomes == {("HTTP/2", 200): REQUESTS_PAST_THE_COUNT}
+
+
+async def test_an_h2_answer_leaves_in_fewer_writes_than_its_frames(
+    worker: WorkerStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Headers, body and END_STREAM go out together when the body is ready (one TLS record,
+    one ``send``), not in three writes as hypercorn wrote them; kube-aggregator reads every
+    user's answers from the worker this way. Counted where hypercorn hands bytes to the
+    connection (``TCPServer.protocol_send``), for answers read one at a time."""
+    writes = [0]
+    upstream = TCPServer.protocol_send
+
+    async def counted(self: TCPServer, event: Event) -> None:
+        if isinstance(event, RawData):
+            writes[0] += 1
+        await upstream(self, event)
+
+    monkeypatch.setattr(TCPServer, "protocol_send", counted)
+    async with httpx.AsyncClient(verify=False, trust_env=False, http2=True) as client:
+        with trio.fail_after(HANG):
+            for _ in range(5):  # the connection's preface and settings
+                await client.get(worker.url + "/healthz")
+            writes[0] = 0
+            answers = [await client.get(worker.url + "/healthz") for _ in range(100)]
+    assert {(a.http_version, a.status_code) for a in answers} == {("HTTP/2", 200)}
+    assert writes[0] < 2 * len(answers), f"{writes[0]} writes for {len(answers)} answers"

@@ -41,6 +41,8 @@ import h2.exceptions
 import hypercorn.protocol
 from h2.stream import StreamState
 from hypercorn.config import Config
+from hypercorn.protocol.events import Event as StreamEvent
+from hypercorn.protocol.events import Response
 from hypercorn.protocol.h2 import H2Protocol
 from priority.priority import MissingStreamError
 
@@ -87,15 +89,63 @@ class HardenedH2Protocol(H2Protocol):
             log.debug("h2: orphaned DATA on stream %s: %s", stream_id, exc)
         self._stop_upload(stream_id)
 
+    async def stream_send(self, event: StreamEvent) -> None:
+        """As hypercorn's, except that a response's headers wait for the sending task.
+
+        hypercorn wrote the headers at once, then the body, then END_STREAM: three writes, each
+        its own TLS record and ``send``, and three for the peer (kube-aggregator) to read. Here
+        the headers are queued and the sending task woken: it writes them with whatever of the
+        body is there by then, and never later than its next turn, so a response whose body
+        comes later (a watch) still has its headers out at once.
+        """
+        if not isinstance(event, Response):
+            await super().stream_send(event)
+            return
+        headers = [(b":status", b"%d" % event.status_code), *event.headers]
+        try:
+            self.connection.send_headers(
+                event.stream_id, headers + self.config.response_headers("h2")
+            )
+            self.priority.unblock(event.stream_id)
+        except (KeyError, MissingStreamError, h2.exceptions.ProtocolError):
+            return  # the stream or the connection closed meanwhile, as hypercorn ignores it
+        await self.has_data.set()
+
     async def _send_data(self, stream_id: int) -> None:
-        if stream_id not in self.stream_buffers:  # finished between scheduling and sending
+        """One frame of the stream's body (and END_STREAM once it is all out), in one write.
+
+        hypercorn's wrote the frame and END_STREAM apart; this also tolerates a stream that
+        finished between being scheduled and being sent, and stops an upload the complete
+        answer made pointless (:meth:`_stop_upload`).
+        """
+        buffer = self.stream_buffers.get(stream_id)
+        if buffer is None:  # finished between scheduling and sending
             with contextlib.suppress(MissingStreamError):
                 self.priority.remove_stream(stream_id)
+            await self._flush()  # its headers, if they were all it had
             return
-        await super()._send_data(stream_id)
-        if stream_id not in self.stream_buffers:  # the answer's END_STREAM just went out
-            self._stop_upload(stream_id)
-            await self._flush()
+        try:
+            size = min(
+                self.connection.local_flow_control_window(stream_id),
+                self.connection.max_outbound_frame_size,
+            )
+            data = await buffer.pop(max(0, size))
+            if data:
+                self.connection.send_data(stream_id, data)
+            else:
+                self.priority.block(stream_id)
+            if buffer.complete:
+                self.connection.end_stream(stream_id)
+                del self.stream_buffers[stream_id]
+                self.priority.remove_stream(stream_id)
+                self._stop_upload(stream_id)
+        except (h2.exceptions.StreamClosedError, KeyError, h2.exceptions.ProtocolError):
+            # The stream or the connection closed while this waited: drop what is left.
+            await buffer.close()
+            self.stream_buffers.pop(stream_id, None)
+            with contextlib.suppress(MissingStreamError):
+                self.priority.remove_stream(stream_id)
+        await self._flush()
 
     def _stop_upload(self, stream_id: int) -> None:
         """Reset with ``NO_ERROR`` a stream answered in full while its body is still coming.
