@@ -204,8 +204,43 @@ def aggregated_section(peer: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
+def aggregated_before_after(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    """Ours before and after the fix the first run found, one run each, per client shape."""
+    if before is None or after is None:
+        return ""
+    lines = [
+        f"Ours before (`{before['revision']}`, {before['date']}) and after "
+        f"(`{after['revision']}`, {after['date']}), from "
+        "[`performance-aggregated-before.json`](performance-aggregated-before.json) and the run "
+        "above:",
+        "",
+        "| ours, clients | p50 ms | p99 ms | req/s | not 200 | connections the server cut | "
+        "CPU ms / request: kube-apiserver · worker |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for clients, who in CLIENT_LABELS.items():
+        cells = [run["cells"][f"ours/{clients}"] for run in (before, after)]
+        b, a = cells
+        lines.append(
+            f"| {who} | {_ms(b['p50_ms'])} → {_ms(a['p50_ms'])} | "
+            f"{_ms(b['p99_ms'])} → {_ms(a['p99_ms'])} | "
+            f"{b['requests_per_second']:,.0f} → {a['requests_per_second']:,.0f} | "
+            f"{b['errors']} → {a['errors']} | "
+            f"{b.get('reconnects', 0)} → {a.get('reconnects', 0)} | "
+            f"{_ms(b['server_cpu_ms_per_request']['kube-apiserver'])} · "
+            f"{_ms(b['server_cpu_ms_per_request']['worker'])} → "
+            f"{_ms(a['server_cpu_ms_per_request']['kube-apiserver'])} · "
+            f"{_ms(a['server_cpu_ms_per_request']['worker'])} |"
+        )
+    return "\n".join(lines)
+
+
 def page(
-    data: dict[str, Any], json_path: Path, out: Path, peer: dict[str, Any] | None = None
+    data: dict[str, Any],
+    json_path: Path,
+    out: Path,
+    peer: dict[str, Any] | None = None,
+    peer_before: dict[str, Any] | None = None,
 ) -> str:
     """The template with this run's figures in place."""
     text = TEMPLATE.read_text()
@@ -223,6 +258,7 @@ def page(
         "ratios": ratios(data),
         "round_table": round_table(data),
         "aggregated": aggregated_section(peer),
+        "aggregated_before": aggregated_before_after(peer_before, peer),
     }
     for key, value in values.items():
         text = text.replace("{" + key + "}", value)
@@ -230,11 +266,13 @@ def page(
 
 
 def main() -> None:
-    """``JSON OUT``; ``performance-aggregated.json`` beside ``JSON`` is read when present."""
+    """``JSON OUT``; ``performance-aggregated[-before].json`` beside ``JSON`` when present."""
     json_path, out = Path(sys.argv[1]), Path(sys.argv[2])
-    aggregated = json_path.with_name("performance-aggregated.json")
-    peer = json.loads(aggregated.read_text()) if aggregated.is_file() else None
-    out.write_text(page(json.loads(json_path.read_text()), json_path, out, peer))
+    found = []
+    for name in ("performance-aggregated.json", "performance-aggregated-before.json"):
+        path = json_path.with_name(name)
+        found.append(json.loads(path.read_text()) if path.is_file() else None)
+    out.write_text(page(json.loads(json_path.read_text()), json_path, out, *found))
 
 
 if __name__ == "__main__":
