@@ -238,7 +238,8 @@ def test_metrics_server_is_installed_from_its_own_manifests(metrics_server_sourc
     by_kind = {(o["kind"], o["metadata"]["name"]): o for o in objects}
     service = by_kind["APIService", "v1beta1.metrics.k8s.io"]["spec"]
     assert (service["group"], service["version"]) == ("metrics.k8s.io", "v1beta1")
-    assert service["service"] == {"name": "metrics-server", "namespace": "kube-system", "port": 4321}
+    expected = {"name": "metrics-server", "namespace": "kube-system", "port": 4321}
+    assert service["service"] == expected
     assert by_kind["Service", "metrics-server"]["spec"]["externalName"] == "127.0.0.1"
     # what it needs of the cluster: reading nodes' metrics and Pods, delegated auth
     role = by_kind["ClusterRole", "system:metrics-server"]
