@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import subprocess
 import sys
@@ -34,6 +33,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from scrape_bench import head_revision, machine
 
 from gpustack_simulator.controlplane import binaries
 from gpustack_simulator.controlplane.netns import delete_recorded
@@ -120,29 +121,6 @@ def _nearest_rank(values: list[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 1))))
     return ordered[rank - 1] * 1e3
-
-
-def _machine() -> dict[str, Any]:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        "unknown",
-    )
-    memory = next(
-        int(line.split()[1]) // 1024
-        for line in Path("/proc/meminfo").read_text().splitlines()
-        if line.startswith("MemTotal")
-    )
-    return {
-        "cpus": os.cpu_count(),
-        "cpu_model": model,
-        "memory_mib": memory,
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-    }
 
 
 def _ready(kubectl: str, kubeconfig: str, deadline: float) -> None:
@@ -259,12 +237,10 @@ def run(rounds: int, seed: int) -> dict[str, Any]:
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "seconds": round(time.monotonic() - started_at, 1),
         "command": " ".join(["tests/bench/aggregated_peer.py", *sys.argv[1:]]),
-        "revision": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip(),
+        "revision": head_revision(),
         "load_average_start": load_start,
         "load_average_end": list(os.getloadavg()),
-        "machine": _machine(),
+        "machine": machine(),
         "rounds": rounds,
         "seed": seed,
         "per_burst": PER_BURST,

@@ -311,11 +311,12 @@ def exporter_rounds(before: str | None, rounds: int) -> dict[str, object]:
                 capture_output=True,
                 text=True,
             ).stdout
-        found[label] = {"revision": revision or _head(), **json.loads(out)}
+        found[label] = {"revision": revision or head_revision(), **json.loads(out)}
     return found
 
 
-def _head() -> str:
+def head_revision() -> str:
+    """The checkout's short HEAD, recorded with every run's figures."""
     return subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
         cwd=REPO,

@@ -69,3 +69,22 @@ def locate(components: tuple[str, ...] = COMPONENTS) -> dict[str, Path]:
         raise BinariesError(f"building the control plane failed:\n{tail}")
     paths = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
     return {c: Path(paths[c]) for c in components}
+
+
+def module_source(module: Path, path: str, needs: str) -> Path:
+    """``path``'s source in Go's module cache, the version the Go module ``module`` builds.
+
+    ``needs``: a folder the source must hold (the manifests read from it); ``BinariesError``
+    says what Go answered when it is missing.
+    """
+    done = subprocess.run(
+        ["go", "list", "-m", "-f", "{{.Dir}}", path],
+        cwd=module,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    found = Path(done.stdout.strip())
+    if done.returncode != 0 or not (found / needs).is_dir():
+        raise BinariesError(f"cannot find {path}'s source: {done.stderr.strip()}")
+    return found

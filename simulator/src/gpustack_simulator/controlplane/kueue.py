@@ -22,13 +22,13 @@ is ``batch/job`` only), and the visibility API (an aggregated API of its own) is
 from __future__ import annotations
 
 import base64
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpustack_core import kueueconfig
+from gpustack_simulator.controlplane import binaries
 
 NAMESPACE = "kueue-system"
 PREFIX = "kueue-"
@@ -51,17 +51,10 @@ class KueueError(Exception):
 
 def module_dir(module: Path) -> Path:
     """The Kueue module's source in Go's module cache (the one ``module`` builds against)."""
-    done = subprocess.run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kueue"],
-        cwd=module,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    found = Path(done.stdout.strip())
-    if done.returncode != 0 or not (found / "config" / "components").is_dir():
-        raise KueueError(f"cannot find sigs.k8s.io/kueue's source: {done.stderr.strip()}")
-    return found
+    try:
+        return binaries.module_source(module, "sigs.k8s.io/kueue", "config/components")
+    except binaries.BinariesError as exc:
+        raise KueueError(str(exc)) from exc
 
 
 def _load(path: Path) -> list[dict[str, Any]]:

@@ -17,11 +17,12 @@ the worker's ``instances/<name>/metrics`` against, through the same kube-aggrega
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from gpustack_simulator.controlplane import binaries
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "metrics-server"
@@ -37,17 +38,10 @@ class MetricsServerError(Exception):
 
 def module_dir(module: Path) -> Path:
     """metrics-server's source in Go's module cache (the one ``module`` builds against)."""
-    done = subprocess.run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/metrics-server"],
-        cwd=module,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    found = Path(done.stdout.strip())
-    if done.returncode != 0 or not (found / "manifests" / "base").is_dir():
-        raise MetricsServerError(f"cannot find metrics-server's source: {done.stderr.strip()}")
-    return found
+    try:
+        return binaries.module_source(module, "sigs.k8s.io/metrics-server", "manifests/base")
+    except binaries.BinariesError as exc:
+        raise MetricsServerError(str(exc)) from exc
 
 
 def manifests(source: Path, *, port: int, host: str = "127.0.0.1") -> list[dict[str, Any]]:

@@ -11,11 +11,12 @@ tell an NFD install to allow (docs/deploy.md). Leader election is off: one repli
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from gpustack_simulator.controlplane import binaries
 
 NAMESPACE = "node-feature-discovery"
 SERVICE_ACCOUNT = "nfd-master"
@@ -34,17 +35,12 @@ class NfdError(Exception):
 
 def module_dir(module: Path) -> Path:
     """NFD's source in Go's module cache (the one ``module`` builds against)."""
-    done = subprocess.run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/node-feature-discovery"],
-        cwd=module,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    found = Path(done.stdout.strip())
-    if done.returncode != 0 or not (found / "deployment" / "base").is_dir():
-        raise NfdError(f"cannot find NFD's source: {done.stderr.strip()}")
-    return found
+    try:
+        return binaries.module_source(
+            module, "sigs.k8s.io/node-feature-discovery", "deployment/base"
+        )
+    except binaries.BinariesError as exc:
+        raise NfdError(str(exc)) from exc
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
