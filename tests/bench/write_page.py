@@ -235,6 +235,53 @@ def aggregated_before_after(before: dict[str, Any] | None, after: dict[str, Any]
     return "\n".join(lines)
 
 
+def _verdict(met: bool) -> str:
+    return "met" if met else "**not met**"
+
+
+def goals(data: dict[str, Any], peer: dict[str, Any] | None) -> str:
+    """Issue #33's goals against this page's runs, each computed from the JSON."""
+    scrapes, rounds = data["scrapes"], data["rounds"]
+    now = data["exporter_round"]["now"]
+    whole = now["render"]["1 scrapes a round"]["p50_ms"] + now["compose"]["p50_ms"]
+    ours_round = rounds["ours/gzip/1"]["server_cpu_ms_per_round"]
+    lines = ["| Goal | This page's figure | |", "|---|---|---|"]
+    lines.append(
+        f"| the exporter's whole round ≤ 25 ms of CPU at 10k series | {_ms(whole)} ms "
+        f"(compose {_ms(now['compose']['p50_ms'])} + render "
+        f"{_ms(now['render']['1 scrapes a round']['p50_ms'])}) | {_verdict(whole <= 25)} |"
+    )
+    if "node_exporter/gzip" in scrapes:
+        peer_round = rounds["node_exporter/gzip/1"]["server_cpu_ms_per_round"]
+        by_round = peer_round / (ours_round + now["compose"]["p50_ms"])
+        p90 = scrapes["node_exporter/gzip"]["p90_ms"] / scrapes["ours/gzip"]["p90_ms"]
+        lines.append(
+            f"| ≥ 8× less CPU than node_exporter a round at one scrape | {by_round:.1f}× "
+            f"(ours with its compose; {peer_round / ours_round:.1f}× without) | "
+            f"{_verdict(by_round >= 8)} |"
+        )
+        lines.append(
+            f"| ≥ 50× node_exporter's p90 per scrape | {p90:.1f}× | {_verdict(p90 >= 50)} |"
+        )
+    if peer is not None:
+        cells = peer["cells"]
+        worst = max(
+            cells[f"ours/{c}"][k] / cells[f"metrics.k8s.io/{c}"][k]
+            for c in CLIENT_LABELS
+            for k in ("p50_ms", "p99_ms")
+        )
+        rate = (
+            cells["ours/32"]["requests_per_second"]
+            / cells["metrics.k8s.io/32"]["requests_per_second"]
+        )
+        lines.append(
+            f"| ours ≤ 1.2× metrics-server's latency, the same or better at 32 clients | "
+            f"up to {worst:.2f}× (p50 and p99, all three client shapes); {rate:.2f}× its "
+            f"req/s at 32 | {_verdict(worst <= 1.2 and rate >= 1)} |"
+        )
+    return "\n".join(lines)
+
+
 def page(
     data: dict[str, Any],
     json_path: Path,
@@ -258,6 +305,7 @@ def page(
         "ratios": ratios(data),
         "round_table": round_table(data),
         "aggregated": aggregated_section(peer),
+        "goals": goals(data, peer),
         "aggregated_before": aggregated_before_after(peer_before, peer),
     }
     for key, value in values.items():
