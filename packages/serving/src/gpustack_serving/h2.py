@@ -106,9 +106,13 @@ class HardenedH2Protocol(H2Protocol):
             self.connection.send_headers(
                 event.stream_id, headers + self.config.response_headers("h2")
             )
-            self.priority.unblock(event.stream_id)
-        except (KeyError, MissingStreamError, h2.exceptions.ProtocolError):
+        except h2.exceptions.ProtocolError:
             return  # the stream or the connection closed meanwhile, as hypercorn ignores it
+        try:
+            self.priority.unblock(event.stream_id)
+        except MissingStreamError:  # not the sending task's: write the headers now
+            await self._flush()
+            return
         await self.has_data.set()
 
     async def _send_data(self, stream_id: int) -> None:
