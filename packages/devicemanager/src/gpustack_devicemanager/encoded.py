@@ -16,6 +16,12 @@ from typing import Final, Protocol
 GZIP_LEVEL: Final = 6
 """zlib's default: within a few percent of level 9 on exposition text, at a third of the CPU."""
 
+EXPOSITION_GZIP_LEVEL: Final = 1
+"""``/metrics``' level. Its changed families are deflated afresh every round, and at 10k series
+level 1 takes a quarter of level 6's CPU (5.6 against 22.4 ms for the 2.2 MB exposition) for a
+fifth more bytes (193 against 161 KB). A scrape every 15 s makes the bytes negligible; the CPU
+is taken on the GPU node, from its workloads."""
+
 
 @dataclass(frozen=True)
 class Encoded:
@@ -87,4 +93,11 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return allowed.get("*", False)
 
 
-__all__ = ["GZIP_LEVEL", "Encoded", "Served", "accepts_gzip", "etag_matches"]
+__all__ = [
+    "EXPOSITION_GZIP_LEVEL",
+    "GZIP_LEVEL",
+    "Encoded",
+    "Served",
+    "accepts_gzip",
+    "etag_matches",
+]

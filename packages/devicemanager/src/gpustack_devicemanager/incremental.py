@@ -28,7 +28,7 @@ from functools import cached_property
 
 from prometheus_client.utils import floatToGoString
 
-from gpustack_devicemanager.encoded import GZIP_LEVEL, etag_matches
+from gpustack_devicemanager.encoded import EXPOSITION_GZIP_LEVEL, etag_matches
 
 _go_float: Callable[[float], str] = floatToGoString
 """Go's float formatting as the client writes it (``+Inf``, ``NaN``, ``1e+06``); untyped there."""
@@ -40,7 +40,7 @@ _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 
 
 def _deflate(data: bytes, flush: int) -> bytes:
-    compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    compressor = zlib.compressobj(EXPOSITION_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
     return compressor.compress(data) + compressor.flush(flush)
 
 
