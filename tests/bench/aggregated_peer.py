@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from scrape_bench import head_revision, machine
+from scrape_bench import cpu_ms, head_revision, machine, percentile
 
 from gpustack_simulator.controlplane import binaries
 from gpustack_simulator.controlplane.netns import delete_recorded
@@ -112,17 +112,6 @@ asyncio.run(main())
 '''
 
 
-def _cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-
-
-def _nearest_rank(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 1))))
-    return ordered[rank - 1] * 1e3
-
-
 def _ready(kubectl: str, kubeconfig: str, deadline: float) -> None:
     """metrics-server has two scrapes of llama-70b (its rate needs both); the worker answers."""
     for path in (PATHS["metrics.k8s.io"], PATHS["ours"]):
@@ -181,7 +170,7 @@ def run(rounds: int, seed: int) -> dict[str, Any]:
                     "errors": 0,
                     "reconnects": 0,
                     "seconds": 0.0,
-                    "cpu_ticks": dict.fromkeys(SERVERS, 0),
+                    "cpu_ms": dict.fromkeys(SERVERS, 0.0),
                     "bytes": 0,
                 }
                 for t, c in cells
@@ -191,7 +180,7 @@ def run(rounds: int, seed: int) -> dict[str, Any]:
                 order = cells[:]
                 shuffler.shuffle(order)
                 for target, clients in order:
-                    before = {name: _cpu_ticks(pid) for name, pid in pids.items()}
+                    before = {name: cpu_ms(pid) for name, pid in pids.items()}
                     request = {
                         "path": PATHS[target],
                         "clients": clients,
@@ -200,7 +189,7 @@ def run(rounds: int, seed: int) -> dict[str, Any]:
                     load.stdin.write(json.dumps(request) + "\n")
                     load.stdin.flush()
                     answer = json.loads(load.stdout.readline())
-                    after = {name: _cpu_ticks(pid) for name, pid in pids.items()}
+                    after = {name: cpu_ms(pid) for name, pid in pids.items()}
                     if k == 0:
                         continue
                     cell = figures[f"{target}/{clients}"]
@@ -210,27 +199,27 @@ def run(rounds: int, seed: int) -> dict[str, Any]:
                     cell["seconds"] += answer["seconds"]
                     cell["bytes"] = answer["bytes"]
                     for name in pids:
-                        cell["cpu_ticks"][name] += after[name] - before[name]
+                        cell["cpu_ms"][name] += after[name] - before[name]
             load.stdin.close()
             load.wait(timeout=30)
         finally:
             down(state)
             delete_recorded(state)  # the network namespace, as `simulator down` deletes it
-    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
     out: dict[str, Any] = {}
     for key, cell in figures.items():
         n = len(cell["latencies"])
+        ordered = sorted(cell["latencies"])
         out[key] = {
             "n": n,
             "errors": cell["errors"],
             "reconnects": cell["reconnects"],
-            "p50_ms": _nearest_rank(cell["latencies"], 0.50),
-            "p90_ms": _nearest_rank(cell["latencies"], 0.90),
-            "p99_ms": _nearest_rank(cell["latencies"], 0.99),
+            "p50_ms": percentile(ordered, 0.50) * 1e3,
+            "p90_ms": percentile(ordered, 0.90) * 1e3,
+            "p99_ms": percentile(ordered, 0.99) * 1e3,
             "requests_per_second": n / cell["seconds"],
             "bytes": cell["bytes"],
             "server_cpu_ms_per_request": {
-                name: ticks * tick_ms / n for name, ticks in cell["cpu_ticks"].items()
+                name: spent / n for name, spent in cell["cpu_ms"].items()
             },
         }
     return {

@@ -193,7 +193,7 @@ def _series(body: bytes) -> int:
     return sum(1 for line in body.splitlines() if line.startswith(b"gpustack_"))
 
 
-def _percentile(ordered: list[float], q: float) -> float:
+def percentile(ordered: list[float], q: float) -> float:
     """Nearest-rank percentile of an ordered sample."""
     return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
 
@@ -260,10 +260,10 @@ def run(rounds_per_cell: int, seed: int) -> dict[str, object]:
         firsts = sorted(first_latencies[(name, encoding)])
         scrape_cells[f"{name}/{encoding}"] = {
             "n": len(ordered),
-            "p50_ms": _percentile(ordered, 0.5),
-            "p90_ms": _percentile(ordered, 0.9),
-            "p99_ms": _percentile(ordered, 0.99),
-            "first_in_round_p50_ms": _percentile(firsts, 0.5),
+            "p50_ms": percentile(ordered, 0.5),
+            "p90_ms": percentile(ordered, 0.9),
+            "p99_ms": percentile(ordered, 0.99),
+            "first_in_round_p50_ms": percentile(firsts, 0.5),
             "server_cpu_ms_per_request": statistics.fmean(request_cpu[(name, encoding)]),
             "bytes_on_the_wire": wire[(name, encoding)],
         }

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_simulator.controlplane import bootstrap, kueue, metricsserver, nfd
+from gpustack_simulator.controlplane import binaries, bootstrap, kueue, metricsserver, nfd
 from gpustack_simulator.controlplane.netns import Netns, NetnsError
 from gpustack_simulator.scenario.schema import Rule, UserDoc
 
@@ -150,7 +150,7 @@ def kueue_source() -> Path:
         pytest.skip("go is not installed here")
     try:
         return kueue.module_dir(CONTROLPLANE / "kueue")
-    except kueue.KueueError as exc:
+    except binaries.BinariesError as exc:
         pytest.skip(f"Kueue's module is not in the module cache: {exc}")
 
 
@@ -200,7 +200,7 @@ def nfd_source() -> Path:
         pytest.skip("go is not installed here")
     try:
         return nfd.module_dir(CONTROLPLANE / "nfd")
-    except nfd.NfdError as exc:
+    except binaries.BinariesError as exc:
         pytest.skip(f"NFD's module is not in the module cache: {exc}")
 
 
@@ -228,7 +228,7 @@ def metrics_server_source() -> Path:
         pytest.skip("go is not installed here")
     try:
         return metricsserver.module_dir(CONTROLPLANE / "metricsserver")
-    except metricsserver.MetricsServerError as exc:
+    except binaries.BinariesError as exc:
         pytest.skip(f"metrics-server's module is not in the module cache: {exc}")
 
 

@@ -59,23 +59,23 @@ def _number(value: float) -> str:
     return repr(float(value)) if not float(value).is_integer() else str(int(value))
 
 
-def _cpu_seconds(block: object) -> tuple[float, int] | None:
-    """``(core-seconds, ms stamp)`` of a summary ``cpu`` block, when both are present."""
+def _figure(block: object, key: str, per_unit: int = 1) -> tuple[float, int] | None:
+    """``(figure ÷ per_unit, ms stamp)`` of a summary block's ``key``, when both are present."""
     if not isinstance(block, Mapping):
         return None
-    used, at = block.get("usageCoreNanoSeconds"), _millis(block.get("time"))
+    used, at = block.get(key), _millis(block.get("time"))
     if not isinstance(used, int) or isinstance(used, bool) or at is None:
         return None
-    return used / 1e9, at
+    return used / per_unit, at
+
+
+def _cpu_seconds(block: object) -> tuple[float, int] | None:
+    """Core-seconds of a summary ``cpu`` block (it counts nanoseconds)."""
+    return _figure(block, "usageCoreNanoSeconds", 1_000_000_000)
 
 
 def _working_set(block: object) -> tuple[float, int] | None:
-    if not isinstance(block, Mapping):
-        return None
-    used, at = block.get("workingSetBytes"), _millis(block.get("time"))
-    if not isinstance(used, int) or isinstance(used, bool) or at is None:
-        return None
-    return float(used), at
+    return _figure(block, "workingSetBytes")
 
 
 def render(summary: Mapping[str, Any]) -> str:

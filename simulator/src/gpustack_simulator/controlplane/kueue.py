@@ -45,16 +45,9 @@ WORKLOAD_WEBHOOKS = frozenset(
 FEATURE_GATES = "VisibilityOnDemand=false"
 
 
-class KueueError(Exception):
-    """Kueue's module or manifests cannot be read; the message says which."""
-
-
 def module_dir(module: Path) -> Path:
     """The Kueue module's source in Go's module cache (the one ``module`` builds against)."""
-    try:
-        return binaries.module_source(module, "sigs.k8s.io/kueue", "config/components")
-    except binaries.BinariesError as exc:
-        raise KueueError(str(exc)) from exc
+    return binaries.module_source(module, "sigs.k8s.io/kueue", "config/components")
 
 
 def _load(path: Path) -> list[dict[str, Any]]:

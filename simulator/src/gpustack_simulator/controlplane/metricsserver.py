@@ -26,22 +26,13 @@ from gpustack_simulator.controlplane import binaries
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "metrics-server"
-SERVICE = "metrics-server"
-API_SERVICE = "v1beta1.metrics.k8s.io"
 RESOLUTION = "15s"
 """``--metric-resolution``, its manifest's (it must exceed the 10 s kubelet request timeout)."""
 
 
-class MetricsServerError(Exception):
-    """metrics-server's module or manifests cannot be read; the message says which."""
-
-
 def module_dir(module: Path) -> Path:
     """metrics-server's source in Go's module cache (the one ``module`` builds against)."""
-    try:
-        return binaries.module_source(module, "sigs.k8s.io/metrics-server", "manifests/base")
-    except binaries.BinariesError as exc:
-        raise MetricsServerError(str(exc)) from exc
+    return binaries.module_source(module, "sigs.k8s.io/metrics-server", "manifests/base")
 
 
 def manifests(source: Path, *, port: int, host: str = "127.0.0.1") -> list[dict[str, Any]]:

@@ -29,18 +29,9 @@ EXTRA_LABEL_NS = (
 """The label namespaces NFD must allow for ours (docs/deploy.md's ``master.extraLabelNs``)."""
 
 
-class NfdError(Exception):
-    """NFD's module or manifests cannot be read; the message says which."""
-
-
 def module_dir(module: Path) -> Path:
     """NFD's source in Go's module cache (the one ``module`` builds against)."""
-    try:
-        return binaries.module_source(
-            module, "sigs.k8s.io/node-feature-discovery", "deployment/base"
-        )
-    except binaries.BinariesError as exc:
-        raise NfdError(str(exc)) from exc
+    return binaries.module_source(module, "sigs.k8s.io/node-feature-discovery", "deployment/base")
 
 
 def _load(path: Path) -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ import msgspec
 import trustme
 
 from gpustack_core import contract
+from gpustack_kube.paths import POD_METRICS
 from gpustack_simulator.controlplane import (
     binaries,
     bootstrap,
@@ -124,6 +125,16 @@ def _ready(url: str, ca: Path, headers: Mapping[str, str] | None = None) -> bool
     except httpx.HTTPError:
         return False
     return response.status_code == 200
+
+
+def _module_source(folder: str, find: Callable[[Path], Path]) -> Path:
+    """A component's source in Go's module cache, as ``clusters/controlplane/<folder>`` pins it."""
+    root = binaries.repository_root()
+    assert root is not None  # _chart_dir() found the checkout already
+    try:
+        return find(root / "clusters" / "controlplane" / folder)
+    except binaries.BinariesError as exc:
+        raise UpError(str(exc)) from exc
 
 
 def _chart_dir() -> Path:
@@ -375,12 +386,7 @@ class _Run:
 
         Before any Pod: its Pod webhook fails closed in every namespace but two.
         """
-        root = binaries.repository_root()
-        assert root is not None  # _chart_dir() found the checkout already
-        try:
-            source = kueue.module_dir(root / "clusters" / "controlplane" / "kueue")
-        except kueue.KueueError as exc:
-            raise UpError(str(exc)) from exc
+        source = _module_source("kueue", kueue.module_dir)
         webhook_port, health_port = _free_ports(2)
         certs = self.state_dir / "kueue" / "certs"
         objects = kueue.manifests(source, port=webhook_port)
@@ -417,12 +423,7 @@ class _Run:
 
     def nfd(self) -> None:
         """nfd-master from NFD's module: NodeFeatures become node labels, as on a cluster."""
-        root = binaries.repository_root()
-        assert root is not None
-        try:
-            source = nfd.module_dir(root / "clusters" / "controlplane" / "nfd")
-        except nfd.NfdError as exc:
-            raise UpError(str(exc)) from exc
+        source = _module_source("nfd", nfd.module_dir)
         objects = nfd.manifests(source)
         crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
         self.kubectl.apply([o for o in objects if o["kind"] == "Namespace"])
@@ -445,15 +446,11 @@ class _Run:
     def metrics_server(self) -> Callable[[], None]:
         """metrics-server from its module, as its manifests install it; returns its wait.
 
-        The wait (for the APIService to be Available) is called once the rest is up: until
-        then discovery through kubectl would report ``metrics.k8s.io`` unreachable.
+        The wait (for the aggregator to reach it, as the worker's groups are waited for) is
+        called once the rest is up: until then discovery through kubectl would report
+        ``metrics.k8s.io`` unreachable.
         """
-        root = binaries.repository_root()
-        assert root is not None
-        try:
-            source = metricsserver.module_dir(root / "clusters" / "controlplane" / "metricsserver")
-        except metricsserver.MetricsServerError as exc:
-            raise UpError(str(exc)) from exc
+        source = _module_source("metricsserver", metricsserver.module_dir)
         (port,) = _free_ports(1)
         self.kubectl.apply(metricsserver.manifests(source, port=port))
         token = self.kubectl.create_token(metricsserver.NAMESPACE, metricsserver.SERVICE_ACCOUNT)
@@ -474,16 +471,10 @@ class _Run:
         )  # fmt: skip
         self.started.append(server)
 
-        def available() -> bool:
-            got = self.kubectl("get", "apiservice", metricsserver.API_SERVICE, "-o", "json")
-            conditions = json.loads(got).get("status", {}).get("conditions") or ()
-            return any(
-                c.get("type") == "Available" and c.get("status") == "True" for c in conditions
-            )
-
+        served = self.server + POD_METRICS.root  # answered once the aggregator reaches it
         return lambda: _wait(
-            server, available, self.deadline, "the APIService v1beta1.metrics.k8s.io Available",
-            interval=0.5,
+            server, lambda: _ready(served, self.pki.ca, self.admin_headers), self.deadline,
+            "the real aggregator reached metrics-server", interval=0.5,
         )  # fmt: skip
 
     def nodes(self) -> Path:
