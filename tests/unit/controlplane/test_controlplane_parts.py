@@ -12,6 +12,7 @@ import importlib.util
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -144,14 +145,19 @@ def test_people_get_their_scenario_rules_as_rbac_and_tokens() -> None:
     assert line == 't0k,viewer,viewer,""'  # system:authenticated is implied
 
 
-@pytest.fixture(scope="module")
-def kueue_source() -> Path:
+def _module_source(who: str, find: Callable[[Path], Path], folder: str) -> Path:
+    """A component's source as ``clusters/controlplane/<folder>`` pins it; skip without Go."""
     if shutil.which("go") is None:
         pytest.skip("go is not installed here")
     try:
-        return kueue.module_dir(CONTROLPLANE / "kueue")
+        return find(CONTROLPLANE / folder)
     except binaries.BinariesError as exc:
-        pytest.skip(f"Kueue's module is not in the module cache: {exc}")
+        pytest.skip(f"{who} module is not in the module cache: {exc}")
+
+
+@pytest.fixture(scope="module")
+def kueue_source() -> Path:
+    return _module_source("Kueue's", kueue.module_dir, "kueue")
 
 
 def test_kueue_is_installed_as_its_default_overlay_would(kueue_source: Path) -> None:
@@ -196,12 +202,7 @@ def test_kueue_mounts_its_rotators_pair_only_once_it_is_written(tmp_path: Path) 
 
 @pytest.fixture(scope="module")
 def nfd_source() -> Path:
-    if shutil.which("go") is None:
-        pytest.skip("go is not installed here")
-    try:
-        return nfd.module_dir(CONTROLPLANE / "nfd")
-    except binaries.BinariesError as exc:
-        pytest.skip(f"NFD's module is not in the module cache: {exc}")
+    return _module_source("NFD's", nfd.module_dir, "nfd")
 
 
 def test_nfd_master_is_installed_from_its_own_deployment_base(nfd_source: Path) -> None:
@@ -224,12 +225,7 @@ def test_nfd_master_is_installed_from_its_own_deployment_base(nfd_source: Path) 
 
 @pytest.fixture(scope="module")
 def metrics_server_source() -> Path:
-    if shutil.which("go") is None:
-        pytest.skip("go is not installed here")
-    try:
-        return metricsserver.module_dir(CONTROLPLANE / "metricsserver")
-    except binaries.BinariesError as exc:
-        pytest.skip(f"metrics-server's module is not in the module cache: {exc}")
+    return _module_source("metrics-server's", metricsserver.module_dir, "metricsserver")
 
 
 def test_metrics_server_is_installed_from_its_own_manifests(metrics_server_source: Path) -> None:
